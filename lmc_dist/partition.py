@@ -1,0 +1,225 @@
+"""Cutting a corpus into partitions: contiguous byte ranges of whole lines.
+
+One streaming pass over the input (:func:`scan`) validates every line (so bad input stops
+the run before any model starts, naming the file and line), numbers messages within their
+user groups, and cuts partitions of about ``partition_chars`` characters:
+
+* without training no message depends on another, so a cut may fall between any two
+  messages, even inside a user's group (the partition carries its first message number);
+* with training a user's group is never split (a group bigger than ``partition_chars`` is a
+  partition of its own).
+
+A ``.gz`` input is decompressed into the run directory during the same pass (workers then
+read byte ranges of the plain copy; a gzip stream cannot be entered in the middle).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import BinaryIO
+
+import fsspec
+
+from lmchallenge.corpus import Message, decode_lines, looks_like_json_row, parse_json_row
+from lmchallenge.exceptions import InputError
+
+
+@dataclass(frozen=True)
+class Partition:
+    """A contiguous range of corpus lines evaluated by one task.
+
+    Attributes:
+        index: position in the corpus (0-based); names the output ``part-NNNNN``.
+        start, end: byte range ``[start, end)`` of the (plain) input.
+        first_line: 1-based line number of the first line (for error messages).
+        first_message: message number of the first message within its user group.
+        messages: number of messages.
+        characters: number of characters of the messages' text.
+        users: number of user groups that start or continue here.
+    """
+
+    index: int
+    start: int
+    end: int
+    first_line: int
+    first_message: int
+    messages: int
+    characters: int
+    users: int
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    """The outcome of :func:`scan`.
+
+    Attributes:
+        path: the plain (uncompressed) file the partitions index.
+        corpus_format: ``text`` or ``json`` (``auto`` resolved).
+        sha256: hex digest of the input file as given.
+        partitions: in corpus order.
+        messages, characters: totals.
+    """
+
+    path: str
+    corpus_format: str
+    sha256: str
+    partitions: list[Partition]
+    messages: int
+    characters: int
+
+
+@dataclass
+class _Line:
+    start: int
+    end: int
+    number: int
+    message: Message | None  # None for a skipped blank line of a json corpus
+
+
+def _sha256_of(path: str) -> str:
+    digest = hashlib.sha256()
+    with fsspec.open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _lines(path: str, fmt: str, plain_copy: str | None) -> Iterator[_Line]:
+    """Numbered, validated lines of the input with their byte ranges in the plain copy."""
+    name = path
+    with fsspec.open(path, "rb") as raw:
+        stream = gzip.GzipFile(fileobj=raw) if plain_copy else raw
+        copy = open(plain_copy + ".tmp", "wb") if plain_copy else None
+        try:
+            offset = 0
+            for number, data in enumerate(stream, start=1):
+                if copy is not None:
+                    copy.write(data)
+                start, offset = offset, offset + len(data)
+                yield _Line(start, offset, number, _parse(data, name, number, fmt))
+        except (OSError, EOFError) as e:
+            raise InputError(name, None, f"cannot read: {e}") from None
+        finally:
+            if copy is not None:
+                copy.close()
+    if plain_copy:
+        os.replace(plain_copy + ".tmp", plain_copy)
+
+
+def _parse(data: bytes, name: str, number: int, fmt: str) -> Message | None:
+    for _, text in decode_lines([data], name, first_line=number):
+        if fmt == "json":
+            return parse_json_row(text, name, number) if text.strip() else None
+        return Message(user=None, text=text, line=number)
+    return None
+
+
+def detect_format(path: str) -> str:
+    """``json`` when the first line is a JSON object with ``text``, else ``text``."""
+    with fsspec.open(path, "rb", compression="infer") as f:
+        first = f.readline().decode("utf-8", errors="replace")
+    return "json" if looks_like_json_row(first) else "text"
+
+
+def scan(path: str, fmt: str, partition_chars: int, train: bool,
+         work_dir: str) -> ScanResult:
+    """Validate the corpus and cut it into partitions (see the module docstring).
+
+    Args:
+        path: corpus path or fsspec URL (``.gz`` is decompressed into ``work_dir``).
+        fmt: ``auto``, ``text`` or ``json``.
+        partition_chars: target characters per partition (> 0).
+        train: never split a user's group.
+        work_dir: where a decompressed copy goes.
+    Raises:
+        InputError: a malformed line (file and line named), or an unreadable file.
+    """
+    if partition_chars <= 0:
+        raise ValueError("partition_chars must be positive")
+    try:
+        fmt = detect_format(path) if fmt == "auto" else fmt
+        sha256 = _sha256_of(path)
+    except FileNotFoundError:
+        raise InputError(path, None, "no such file") from None
+    plain = path
+    plain_copy = None
+    if path.endswith(".gz") or path.endswith(".gzip"):
+        plain_copy = os.path.join(work_dir, "input.plain")
+        plain = plain_copy
+    cutter = _Cutter(partition_chars, train)
+    for line in _lines(path, fmt, plain_copy):
+        cutter.add(line)
+    partitions = cutter.finish()
+    return ScanResult(path=plain, corpus_format=fmt, sha256=sha256, partitions=partitions,
+                      messages=sum(p.messages for p in partitions),
+                      characters=sum(p.characters for p in partitions))
+
+
+class _Cutter:
+    """Accumulates lines into partitions, cutting only where allowed."""
+
+    def __init__(self, partition_chars: int, train: bool):
+        self.limit = partition_chars
+        self.train = train
+        self.partitions: list[Partition] = []
+        self._open: dict | None = None
+        self._user: object = object()   # user of the previous message (sentinel: none yet)
+        self._number = -1               # message number of the previous message in its group
+
+    def add(self, line: _Line) -> None:
+        message = line.message
+        if message is None:  # a blank line of a json corpus: belongs to the current range
+            if self._open is not None:
+                self._open["end"] = line.end
+            return
+        new_group = message.user != self._user
+        number = 0 if new_group else self._number + 1
+        may_cut = new_group or not self.train
+        if self._open is not None and may_cut and self._open["characters"] >= self.limit:
+            self._close()
+        if self._open is None:
+            self._open = dict(start=line.start, end=line.end, first_line=line.number,
+                              first_message=number, messages=0, characters=0, users=0)
+        part = self._open
+        part["end"] = line.end
+        part["messages"] += 1
+        part["characters"] += len(message.text)
+        if new_group or part["messages"] == 1:
+            part["users"] += 1
+        self._user, self._number = message.user, number
+
+    def _close(self) -> None:
+        assert self._open is not None
+        self.partitions.append(Partition(index=len(self.partitions), **self._open))
+        self._open = None
+
+    def finish(self) -> list[Partition]:
+        if self._open is not None:
+            self._close()
+        return self.partitions
+
+
+def read_partition(path: str, partition: Partition, fmt: str,
+                   name: str | None = None) -> list[Message]:
+    """The messages of ``partition``, read from its byte range of ``path`` (any fsspec URL).
+
+    Raises:
+        InputError: a malformed line (cannot happen after :func:`scan` unless the file changed).
+    """
+    with fsspec.open(path, "rb") as f:
+        f.seek(partition.start)
+        data = f.read(partition.end - partition.start)
+    messages = []
+    for number, raw in enumerate(io.BytesIO(data), start=partition.first_line):
+        message = _parse(raw, name or path, number, fmt)
+        if message is not None:
+            messages.append(message)
+    return messages

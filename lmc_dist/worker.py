@@ -1,0 +1,211 @@
+"""What runs on a Dask worker: long-lived model processes and the partition task.
+
+Each worker thread keeps one model per predictor alive across partitions (models can take
+seconds to load): started on first use, closed when the worker closes (a
+:class:`ModelPool` worker plugin, registered with ``Client.register_plugin``), and
+discarded after a failure so the next partition starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from distributed import WorkerPlugin, get_worker
+
+from lmchallenge.exceptions import LmcError
+from lmchallenge.games.runner import Game, run_game
+from lmchallenge.games.spec import GameSpec
+from lmchallenge.log import write_log
+from lmchallenge.model import PredictorSpec, close_model
+
+from . import reduce
+from .partition import Partition, read_partition
+
+PLUGIN_NAME = "lmc-model-pool"
+
+
+def _spec_key(spec: Any) -> str:
+    return json.dumps(asdict(spec), sort_keys=True, default=str)
+
+
+class ModelPool(WorkerPlugin):
+    """Per-thread model processes and per-process game objects of one worker."""
+
+    name = PLUGIN_NAME
+
+    def __init__(self) -> None:
+        self._models: dict[tuple[int, str], Any] = {}
+        self._games: dict[str, Game] = {}
+        self._lock = threading.Lock()
+
+    def setup(self, worker=None) -> None:
+        self._models = {}
+        self._games = {}
+
+    def teardown(self, worker=None) -> None:
+        self.close_all()
+
+    def close_all(self) -> None:
+        with self._lock:
+            models, self._models = list(self._models.values()), {}
+        for model in models:
+            try:
+                close_model(model)
+            except Exception:  # noqa: BLE001 - closing at shutdown: nothing else to do
+                pass
+
+    def model(self, spec: PredictorSpec) -> Any:
+        """This thread's model for ``spec``, started on first use."""
+        key = (threading.get_ident(), _spec_key(spec))
+        model = self._models.get(key)
+        if model is None:
+            model = spec.create()
+            with self._lock:
+                self._models[key] = model
+        return model
+
+    def discard(self, spec: PredictorSpec) -> None:
+        """Stop this thread's model for ``spec`` (after a failure: the next use restarts it)."""
+        key = (threading.get_ident(), _spec_key(spec))
+        with self._lock:
+            model = self._models.pop(key, None)
+        if model is not None:
+            kill = getattr(model, "_kill", None)
+            if kill is not None:
+                kill()
+            try:
+                close_model(model)
+            except Exception:  # noqa: BLE001 - it failed already; the error is reported
+                pass
+
+    def game(self, spec: GameSpec) -> Game:
+        """The game object for ``spec`` (built once per worker process: wr loads a vocabulary)."""
+        key = _spec_key(spec)
+        with self._lock:
+            game = self._games.get(key)
+            if game is None:
+                game = self._games[key] = spec.build()
+        return game
+
+
+_LOCAL_POOL = ModelPool()
+
+
+def current_pool() -> ModelPool:
+    """The worker's pool, or a process-wide one outside a Dask worker."""
+    try:
+        worker = get_worker()
+    except ValueError:
+        return _LOCAL_POOL
+    pool = worker.plugins.get(PLUGIN_NAME)
+    return pool if pool is not None else _LOCAL_POOL
+
+
+@dataclass(frozen=True)
+class PartitionTask:
+    """One partition's work, as sent to a worker (small: no corpus text).
+
+    Attributes:
+        run_dir: where the partition's output goes (a path every worker can reach).
+        input_path: the plain corpus file (or fsspec URL) the partition indexes.
+        corpus_name: the corpus as the user named it (for error messages).
+        corpus_format: ``text`` or ``json``.
+        partition: the byte range and numbering.
+        game, predictor: what to run.
+        train: train/clear the model (whole user groups only).
+        out_format: ``parquet`` or ``jsonl`` (written as ``.jsonl.gz``).
+    """
+
+    run_dir: str
+    input_path: str
+    corpus_name: str
+    corpus_format: str
+    partition: Partition
+    game: GameSpec
+    predictor: PredictorSpec
+    train: bool
+    out_format: str = "parquet"
+
+    @property
+    def output_path(self) -> str:
+        return os.path.join(self.run_dir, part_name(self.partition.index, self.out_format))
+
+
+def part_name(index: int, out_format: str) -> str:
+    """The file name of partition ``index``: ``part-NNNNN.parquet`` or ``part-NNNNN.jsonl.gz``."""
+    return f"part-{index:05d}." + ("parquet" if out_format == "parquet" else "jsonl.gz")
+
+
+@dataclass
+class PartitionOutcome:
+    """What a finished partition leaves: a summary for the client, a statistics state that
+    stays on the worker (it may hold the wr score matrices)."""
+
+    index: int
+    rows: int
+    characters: int
+    elapsed: float
+    worker: str
+    state: Any = field(repr=False)
+
+    def summary(self) -> dict[str, Any]:
+        """The small, JSON-able part sent to the client."""
+        return dict(index=self.index, rows=self.rows, characters=self.characters,
+                    elapsed=round(self.elapsed, 3), worker=self.worker)
+
+
+def evaluate_partition(task: PartitionTask) -> PartitionOutcome:
+    """Evaluate one partition and write its log atomically (a rerun replaces it).
+
+    Raises:
+        ModelError: the model failed (naming user/message/token; the model is discarded).
+        InputError: the partition's bytes are malformed.
+    """
+    started = time.monotonic()
+    pool = current_pool()
+    game = pool.game(task.game)
+    messages = read_partition(task.input_path, task.partition, task.corpus_format,
+                              name=task.corpus_name)
+    state = reduce.new_state()
+    model = pool.model(task.predictor)
+
+    def observed(log):
+        for datum in log:
+            state.update(datum)
+            yield datum
+
+    try:
+        rows = write_log(observed(run_game(game, model, messages, train=task.train,
+                                           first_message=task.partition.first_message)),
+                         task.output_path, game=task.game.name)
+    except LmcError:
+        pool.discard(task.predictor)
+        raise
+    except BaseException:
+        pool.discard(task.predictor)
+        raise
+    return PartitionOutcome(index=task.partition.index, rows=rows,
+                            characters=task.partition.characters,
+                            elapsed=time.monotonic() - started, worker=_worker_name(),
+                            state=state)
+
+
+def state_of_existing_part(path: str, index: int, characters: int) -> PartitionOutcome:
+    """The outcome of a partition finished by an earlier run (``--resume``), from its file."""
+    started = time.monotonic()
+    state = reduce.state_of_log(path)
+    return PartitionOutcome(index=index, rows=reduce.rows_of(state), characters=characters,
+                            elapsed=time.monotonic() - started, worker=_worker_name(), state=state)
+
+
+def _worker_name() -> str:
+    try:
+        return get_worker().address
+    except ValueError:
+        return f"{socket.gethostname()}:{os.getpid()}"

@@ -1,0 +1,186 @@
+"""Reading test corpora: plain text or marked-up jsonlines (LM Challenge 5.x formats).
+
+Formats (``../shared/seeds/001_a51f61792860ca8b.txt``, "Corpus format"; DESIGN.md invariant 5):
+
+* **text**: one message per line (newline-delimited, UTF-8); every line belongs to one
+  group with user ``None``.
+* **json**: one JSON object per line, ``{"user"|"userId": ID, "timestamp": N, "text": S}``;
+  only ``text`` is required.  Consecutive rows of one user form a group.
+* **auto**: json when the first line parses as a JSON object with a ``text`` key, else text.
+
+``.gz`` files are decompressed transparently; ``-`` reads standard input.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import IO, BinaryIO
+
+from .exceptions import InputError
+
+FORMATS = ("auto", "text", "json")
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One corpus row.
+
+    Attributes:
+        user: the user ID (``None`` for plain text or rows without a user).
+        text: the message text (no trailing newline).
+        timestamp: the row's timestamp (any JSON number), or ``None``.
+        line: 1-based line number in the source (for error messages).
+    """
+
+    user: str | None
+    text: str
+    timestamp: float | int | None = None
+    line: int = 0
+
+
+def open_binary(path: str) -> BinaryIO:
+    """Open ``path`` for reading bytes, gunzipping ``.gz``; ``-`` is standard input."""
+    if path == "-":
+        return sys.stdin.buffer
+    raw = open(path, "rb")
+    if path.endswith(".gz") or path.endswith(".gzip"):
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    return raw
+
+
+def looks_like_json_row(line: str) -> bool:
+    """True if ``line`` is a JSON object with a ``text`` key (the auto-detection rule)."""
+    stripped = line.strip()
+    if not stripped.startswith("{"):
+        return False
+    try:
+        row = json.loads(stripped)
+    except ValueError:
+        return False
+    return isinstance(row, dict) and "text" in row
+
+
+def decode_lines(stream: IO[bytes], path: str, first_line: int = 1) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, text)`` for each line of a byte stream, without the line ending.
+
+    Raises:
+        InputError: a line is not valid UTF-8 (names the file and line).
+    """
+    number = first_line - 1
+    for number, raw in enumerate(stream, start=first_line):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise InputError(path, number, f"not valid UTF-8 (byte {e.start} of the line)") from None
+        yield number, text.rstrip("\r\n") if text.endswith("\n") else text.rstrip("\r")
+
+
+def parse_json_row(text: str, path: str, number: int) -> Message:
+    """Parse one marked-up row into a :class:`Message`.
+
+    Raises:
+        InputError: invalid JSON, not an object, no string ``text``, or a bad ``user``.
+    """
+    try:
+        row = json.loads(text)
+    except ValueError as e:
+        reason = getattr(e, "msg", str(e))
+        raise InputError(path, number, f"invalid JSON: {reason}") from None
+    if not isinstance(row, dict):
+        raise InputError(path, number, "a marked-up row must be a JSON object")
+    if "text" not in row:
+        raise InputError(path, number, 'row has no "text"')
+    message_text = row["text"]
+    if not isinstance(message_text, str):
+        raise InputError(path, number, '"text" must be a string')
+    user = row["user"] if "user" in row else row.get("userId")
+    if isinstance(user, bool) or not (user is None or isinstance(user, (str, int, float))):
+        raise InputError(path, number, '"user"/"userId" must be a string, a number or null')
+    if user is not None and not isinstance(user, str):
+        user = json.dumps(user)
+    timestamp = row.get("timestamp")
+    if isinstance(timestamp, bool) or not (timestamp is None or isinstance(timestamp, (int, float))):
+        raise InputError(path, number, '"timestamp" must be a number')
+    return Message(user=user, text=message_text, timestamp=timestamp, line=number)
+
+
+def parse_lines(lines: Iterable[tuple[int, str]], path: str, fmt: str) -> Iterator[Message]:
+    """Turn numbered lines into messages in format ``text`` or ``json`` (``auto`` detects).
+
+    Blank lines of a json corpus are skipped; blank lines of a text corpus are empty messages.
+    """
+    lines = iter(lines)
+    if fmt == "auto":
+        first = next(lines, None)
+        if first is None:
+            return
+        fmt = "json" if looks_like_json_row(first[1]) else "text"
+        lines = _chain_one(first, lines)
+    if fmt == "json":
+        for number, text in lines:
+            if text.strip():
+                yield parse_json_row(text, path, number)
+    elif fmt == "text":
+        for number, text in lines:
+            yield Message(user=None, text=text, line=number)
+    else:
+        raise ValueError(f"unknown corpus format {fmt!r} (expected one of {FORMATS})")
+
+
+def _chain_one(first, rest):
+    yield first
+    yield from rest
+
+
+def read_corpus(path: str, fmt: str = "auto") -> Iterator[Message]:
+    """Read a corpus lazily, message by message.
+
+    Args:
+        path: a file (``.gz`` ok) or ``-`` for standard input.
+        fmt: ``auto``, ``text`` or ``json``.
+    Raises:
+        InputError: the file is missing, or a line is malformed (file and line named).
+    """
+    try:
+        stream = open_binary(path)
+    except FileNotFoundError:
+        raise InputError(path, None, "no such file") from None
+    except OSError as e:
+        raise InputError(path, None, f"cannot open: {e.strerror}") from None
+    name = "<stdin>" if path == "-" else path
+    try:
+        yield from parse_lines(decode_lines(stream, name), name, fmt)
+    except (OSError, EOFError) as e:  # e.g. a truncated or corrupt .gz
+        raise InputError(name, None, f"cannot read: {e}") from None
+    finally:
+        if path != "-":
+            stream.close()
+
+
+def messages_from_data(data: Iterable[str | dict | Message]) -> Iterator[Message]:
+    """Messages from Python data (the ``lmc.wc(model, data)`` API).
+
+    ``data`` is an iterable of strings (plain text lines), of dicts (marked-up rows with
+    ``text`` and optionally ``user``/``userId``/``timestamp``), or of :class:`Message`.
+
+    Raises:
+        InputError: an item is neither (names its index as the "line").
+    """
+    for index, item in enumerate(data, start=1):
+        if isinstance(item, Message):
+            yield item
+        elif isinstance(item, str):
+            yield Message(user=None, text=item, line=index)
+        elif isinstance(item, dict):
+            yield parse_json_row(json.dumps(item), "<data>", index)
+        else:
+            raise InputError("<data>", index, f"expected a string or a dict, got {type(item).__name__}")
+
+
+def read_all(path: str, fmt: str = "auto") -> list[Message]:
+    """Read and validate a whole corpus into memory (used for standard input)."""
+    return list(read_corpus(path, fmt))

@@ -1,0 +1,46 @@
+"""A game and its options as plain data, so it can be rebuilt in another process."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import CandidateSearch, ErrorModel, read_vocabulary
+from .entropy import Entropy
+from .runner import Game
+from .wc import WordCompletion
+from .wr import WordReranking
+
+GAME_NAMES = ("wc", "we", "ce", "wr")
+
+
+@dataclass(frozen=True)
+class GameSpec:
+    """A picklable description of a game.
+
+    Attributes:
+        name: ``wc``, ``we``, ``ce`` or ``wr``.
+        options: ``wc``: ``next_word_only``; ``wr``: ``vocab`` (path), ``seed``,
+            ``num_candidates``, ``error_chars``, ``p_anykey``.
+    """
+
+    name: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.name not in GAME_NAMES:
+            raise ValueError(f"unknown game {self.name!r} (expected one of {GAME_NAMES})")
+
+    def build(self) -> Game:
+        """The game object (reads the vocabulary of ``wr``)."""
+        o = self.options
+        if self.name == "wc":
+            return WordCompletion(next_word_only=bool(o.get("next_word_only", False)))
+        if self.name in ("we", "ce"):
+            return Entropy(characters=self.name == "ce")
+        error_model = ErrorModel(p_anykey=float(o.get("p_anykey", ErrorModel.p_anykey)),
+                                 error_chars=str(o.get("error_chars", ErrorModel.error_chars)))
+        return WordReranking(CandidateSearch(read_vocabulary(o["vocab"])),
+                             seed=int(o.get("seed", 42)),
+                             num_candidates=int(o.get("num_candidates", 100)),
+                             error_model=error_model)

@@ -1,0 +1,131 @@
+"""The model side of the LM Challenge line protocol, for any Python model.
+
+``../shared/seeds/001_a51f61792860ca8b.txt``, "Model API": UTF-8 lines, fields separated
+by TAB, one command a line:
+
+* ``predict<TAB>CONTEXT[<TAB>CANDIDATE...]`` -> one line ``text<TAB>score<TAB>...``
+  (an empty line when there is nothing to say);
+* ``train<TAB>TEXT`` and ``clear`` -> no output at all.
+
+:func:`serve` runs that loop for any object with ``predict(context, candidates)``,
+``train(text)`` and ``clear()`` (``train``/``clear`` optional).  It never leaves a client
+waiting: every ``predict`` gets exactly one answer line, flushed at once, even when the
+request is malformed (not UTF-8) or the model raises (a message goes to stderr and the
+answer is an empty line); a bad ``train``/``clear``/unknown command only writes to stderr.
+Lines are split on LF only (a CR inside a context is text).  Scores are written with
+``repr`` (the shortest text that reads back as the same float).
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from collections.abc import Iterable, Sequence
+from typing import IO, Any
+
+from ..model import protocol_text
+
+
+def format_answer(results: Iterable[tuple[str, float | None]]) -> str:
+    """One answer line (with its newline): ``text<TAB>score...``; pairs whose score is
+    ``None`` are left out, and TAB/LF/CR in a text become spaces."""
+    return "\t".join(f"{protocol_text(text)}\t{float(score)!r}"
+                     for text, score in results if score is not None) + "\n"
+
+
+def parse_request(line: str) -> tuple[str, str, Sequence[str] | None]:
+    """Split one request line (without its newline) into ``(command, text, candidates)``.
+
+    ``text`` is the context of ``predict`` or the text of ``train`` (``""`` when missing);
+    ``candidates`` is ``None`` unless ``predict`` has fields after its context.
+    """
+    fields = line.split("\t")
+    text = fields[1] if len(fields) > 1 else ""
+    candidates = fields[2:] if len(fields) > 2 else None
+    return fields[0], text, candidates
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def handle(model: Any, raw: bytes, output: IO[bytes], errors: IO[str]) -> None:
+    """Answer one request line (bytes, with or without its LF) on ``output``."""
+    raw = raw.rstrip(b"\n")
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        command = raw.split(b"\t", 1)[0]
+        errors.write(f"protocol: request is not valid UTF-8 (byte {e.start}): {raw[:80]!r}\n")
+        if command == b"predict":
+            output.write(b"\n")
+        return
+    if not line:
+        return  # a blank line asks nothing
+    command, text, candidates = parse_request(line)
+    if command == "predict":
+        try:
+            answer = format_answer(model.predict(text, candidates))
+        except Exception as e:  # noqa: BLE001 - the client must get its line
+            errors.write(f"protocol: predict failed: {_describe(e)}\n")
+            answer = "\n"
+        output.write(answer.encode("utf-8"))
+    elif command in ("train", "clear"):
+        method = getattr(model, command, None)
+        if method is None:
+            return
+        try:
+            method(text) if command == "train" else method()
+        except Exception as e:  # noqa: BLE001 - keep serving
+            errors.write(f"protocol: {command} failed: {_describe(e)}\n")
+    else:
+        errors.write(f"protocol: unknown command {command[:80]!r}\n")
+
+
+def serve(model: Any, input_stream: IO | None = None, output_stream: IO | None = None,
+          error_stream: IO[str] | None = None) -> None:
+    """Serve ``model`` over the line protocol until the input ends.
+
+    Args:
+        model: an object with ``predict`` (and optionally ``train``, ``clear``).
+        input_stream: binary (or text) stream of requests; default standard input.
+        output_stream: binary (or text) stream for answers; default standard output.
+        error_stream: text stream for diagnostics; default standard error.
+    """
+    source = _binary(input_stream if input_stream is not None else sys.stdin)
+    sink = _binary(output_stream if output_stream is not None else sys.stdout)
+    errors = error_stream if error_stream is not None else sys.stderr
+    for raw in iter(source.readline, b""):
+        handle(model, raw, sink, errors)
+        sink.flush()
+    sink.flush()
+
+
+class _TextAdapter:
+    """Adapts a text stream (``io.StringIO``) to the bytes ``readline``/``write``/``flush``
+    that :func:`serve` uses."""
+
+    def __init__(self, stream: IO[str]):
+        self._stream = stream
+
+    def readline(self) -> bytes:
+        return self._stream.readline().encode("utf-8")
+
+    def write(self, data: bytes) -> None:
+        self._stream.write(data.decode("utf-8"))
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+
+def _binary(stream: Any) -> Any:
+    """The binary side of ``stream``: its ``buffer`` (``sys.stdin``), an adapter for a text
+    stream without one (``io.StringIO``), or the stream itself (already binary)."""
+    if hasattr(stream, "buffer"):
+        return stream.buffer
+    if isinstance(stream, io.TextIOBase):
+        return _TextAdapter(stream)
+    return stream
+
+
+__all__ = ["serve", "handle", "format_answer", "parse_request"]

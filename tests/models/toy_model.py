@@ -1,0 +1,88 @@
+"""A deterministic toy model speaking the LM Challenge line protocol, for tests.
+
+Usage: python toy_model.py [--mode normal|exit|hang|garbage|flood|silent-exit] [--after N]
+
+normal: predict without candidates -> a fixed word list filtered by the typed prefix,
+        scores -1, -2, ...; with candidates -> score -(len(candidate) + len(context) % 3),
+        leaving out candidates that contain "q" (out of vocabulary); train/clear adapt a
+        set of trained words that then score 0.
+--delay sleeps per predict; --crash-if-exists F makes it exit with code 3 on a context
+containing --crash-word while F exists.
+The other modes behave normally for N predicts, then: exit with code 3 (exit), stop
+answering (hang), answer a malformed line (garbage); flood writes 1 MB to stderr before each
+answer; silent-exit exits with code 0.
+"""
+
+import argparse
+import sys
+
+WORDS = ["the", "and", "of", "to", "that", "in", "he", "shall", "unto", "for", "i", "his",
+         "a", "lord", "they", "be", "is", "him", "not", "them"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mode", default="normal")
+    parser.add_argument("--after", type=int, default=0)
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds to sleep per predict")
+    parser.add_argument("--crash-if-exists", default=None,
+                        help="while this file exists, exit with code 3 on --crash-word")
+    parser.add_argument("--crash-word", default="Jesus")
+    args = parser.parse_args()
+    trained: set[str] = set()
+    answered = 0
+    out = sys.stdout
+    for line in sys.stdin:
+        parts = line.rstrip("\n").split("\t")
+        command = parts[0]
+        if command == "train":
+            trained.update(parts[1].lower().split())
+            continue
+        if command == "clear":
+            trained.clear()
+            continue
+        if command != "predict":
+            sys.stderr.write(f"unknown command {command!r}\n")
+            continue
+        if answered >= args.after:
+            if args.mode == "exit":
+                sys.stderr.write("toy model: giving up\n")
+                sys.exit(3)
+            if args.mode == "silent-exit":
+                sys.exit(0)
+            if args.mode == "hang":
+                sys.stderr.write("toy model: hanging\n")
+                sys.stderr.flush()
+                import time
+                time.sleep(3600)
+            if args.mode == "garbage":
+                out.write("this is not\ta score\textra\n")
+                out.flush()
+                answered += 1
+                continue
+        if args.mode == "flood":
+            sys.stderr.write(("noise " * 170 + "\n") * 100)
+        context = parts[1] if len(parts) > 1 else ""
+        if args.crash_if_exists and args.crash_word in context:
+            import os
+            if os.path.exists(args.crash_if_exists):
+                sys.stderr.write(f"toy model: crashing on {args.crash_word!r}\n")
+                sys.exit(3)
+        if args.delay:
+            import time
+            time.sleep(args.delay)
+        candidates = parts[2:]
+        if candidates:
+            pairs = [(c, 0.0 if c.lower() in trained else -(len(c) + len(context) % 3))
+                     for c in candidates if "q" not in c]
+        else:
+            prefix = context.split(" ")[-1] if not context.endswith(" ") else ""
+            pairs = [(w[len(prefix):], -1.0 - i) for i, w in enumerate(WORDS)
+                     if w.startswith(prefix) and len(w) > len(prefix)]
+        out.write("\t".join(f"{w}\t{s}" for w, s in pairs) + "\n")
+        out.flush()
+        answered += 1
+
+
+if __name__ == "__main__":
+    main()

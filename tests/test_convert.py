@@ -1,0 +1,111 @@
+"""`lmc convert`: jsonl <-> jsonl.gz <-> parquet, round trips and the CLI."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from lmchallenge.convert import convert, detect_game
+from lmchallenge.log import load_jsonlines, read_log
+
+DATA = Path(__file__).resolve().parent / "data" / "pretty"
+LOGS = ["kjv.o2.wc.jsonl", "kjv.o2.we.jsonl", "kjv.o2.ce.jsonl", "kjv.o2.wr.jsonl",
+        "rails.wc.jsonl", "mixed.we.jsonl"]
+
+
+def needs_parquet():
+    return pytest.importorskip("lmchallenge.parquet", reason="lmchallenge.parquet not written yet")
+
+
+@pytest.mark.parametrize("log", LOGS)
+def test_jsonl_gz_round_trip_is_byte_identical(tmp_path, log):
+    source = DATA / log
+    gz = tmp_path / "log.jsonl.gz"
+    back = tmp_path / "back.jsonl"
+    n = convert(str(source), str(gz))
+    assert n == len(source.read_text(encoding="utf-8").splitlines())
+    with gzip.open(gz, "rt", encoding="utf-8") as f:
+        assert f.read() == source.read_text(encoding="utf-8")
+    assert convert(str(gz), str(back)) == n
+    assert back.read_bytes() == source.read_bytes()
+
+
+@pytest.mark.parametrize("log", LOGS)
+def test_parquet_round_trip_keeps_every_datum(tmp_path, log):
+    needs_parquet()
+    source = DATA / log
+    pq = tmp_path / "log.parquet"
+    back = tmp_path / "back.jsonl"
+    original = list(load_jsonlines(str(source)))
+    assert convert(str(source), str(pq)) == len(original)
+    assert convert(str(pq), str(back)) == len(original)
+    again = list(load_jsonlines(str(back)))
+    # a null "select" is how Parquet says "no selection": compare without it
+    strip = [{k: v for k, v in d.items() if not (k == "select" and v is None)} for d in again]
+    assert strip == original
+
+
+def test_parquet_is_pandas_queryable(tmp_path):
+    needs_parquet()
+    pandas = pytest.importorskip("pandas")
+    pq = tmp_path / "wc.parquet"
+    convert(str(DATA / "kjv.o2.wc.jsonl"), str(pq))
+    frame = pandas.read_parquet(pq)
+    assert len(frame) == 112
+    assert {"user", "message", "token", "character", "target", "completions"} <= set(frame.columns)
+    assert list(frame["target"][:4]) == ["The", "book", "of", "the"]
+    # next-word predicted at rank 1: the first completion row's first entry is the target
+    hits = frame[[c[0][0] == t if len(c) and len(c[0]) else False
+                  for c, t in zip(frame["completions"], frame["target"])]]
+    assert len(hits) == 15
+
+
+def test_detect_game():
+    assert detect_game({"completions": []}) == "wc"
+    assert detect_game({"logp": None}) == "we"
+    assert detect_game({"results": [], "verbatim": "x"}) == "wr"
+    assert detect_game({"target": "x"}) is None
+
+
+def test_cli_converts_and_reports(tmp_path):
+    from lmchallenge.cli import cli
+    out = tmp_path / "out.jsonl.gz"
+    result = CliRunner().invoke(cli, ["convert", str(DATA / "mixed.we.jsonl"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert f"wrote 36 tokens to {out} (jsonlines)" in result.output
+    assert [d["target"] for d in read_log(str(out))][:3] == ["The", "book", "of"]
+
+
+def test_cli_stdin_to_stdout():
+    from lmchallenge.cli import cli
+    text = (DATA / "mixed.we.jsonl").read_text(encoding="utf-8")
+    result = CliRunner().invoke(cli, ["convert", "-o", "-"], input=text)
+    assert result.exit_code == 0
+    assert result.output == text
+
+
+def test_cli_missing_input_and_missing_output_option(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "lmchallenge.cli", "convert",
+                           str(tmp_path / "nope.jsonl"), "-o", str(tmp_path / "x.jsonl")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "nope.jsonl" in proc.stderr and "does not exist" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "lmchallenge.cli", "convert",
+                           str(DATA / "mixed.we.jsonl")], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Missing option '-o'" in proc.stderr
+
+
+def test_invalid_json_names_file_and_line(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"target": "a"}) + "\n{oops\n")
+    from lmchallenge.exceptions import InputError
+    with pytest.raises(InputError, match=r"bad.jsonl:2: invalid JSON"):
+        convert(str(bad), str(tmp_path / "out.jsonl"))
+    assert not (tmp_path / "out.jsonl").exists()

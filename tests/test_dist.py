@@ -1,0 +1,246 @@
+"""lmc-dist on a real Dask cluster: a `dask scheduler` and `dask worker` processes on 127.0.0.1.
+
+The invariant under test (DESIGN.md 2): for a deterministic model the concatenated log is
+identical line for line to `lmc run` on the same input, whatever the number of workers and
+the partition size, with a worker killed mid-run, and after `--resume`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import BIN, DATA, PYTHON, toy_model_command
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    """A scheduler and N single-threaded workers (no nanny, so SIGKILL really kills one)."""
+
+    def __init__(self, workers: int, tmp: Path):
+        self.port = free_port()
+        self.address = f"tcp://127.0.0.1:{self.port}"
+        self.tmp = tmp
+        self.scheduler = self._start([str(BIN / "dask"), "scheduler", "--host", "127.0.0.1",
+                                      "--port", str(self.port), "--dashboard-address", ":0",
+                                      "--no-show"], "scheduler")
+        self.workers = [self.start_worker(i) for i in range(workers)]
+        self.wait_for(workers)
+
+    def _start(self, argv: list[str], name: str) -> subprocess.Popen:
+        log = open(self.tmp / f"{name}.log", "wb")
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp,
+                                env={**os.environ, "DASK_DISTRIBUTED__WORKER__DAEMON": "False"})
+
+    def start_worker(self, i: int) -> subprocess.Popen:
+        return self._start([str(BIN / "dask"), "worker", self.address, "--nthreads", "1",
+                            "--no-nanny", "--host", "127.0.0.1", "--no-dashboard",
+                            "--name", f"w{i}-{time.monotonic_ns()}"], f"worker{i}")
+
+    def wait_for(self, n: int) -> None:
+        from distributed import Client
+        with Client(self.address, timeout=30) as client:
+            client.wait_for_workers(n, timeout=60)
+
+    def close(self) -> None:
+        for proc in [*self.workers, self.scheduler]:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in [*self.workers, self.scheduler]:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@contextlib.contextmanager
+def cluster(workers: int, tmp: Path):
+    c = Cluster(workers, tmp)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory):
+    with cluster(2, tmp_path_factory.mktemp("cluster2")) as c:
+        yield c
+
+
+def lmc_run(game_args: list[str], corpus: Path, extra: list[str] = ()) -> bytes:
+    return subprocess.run([str(BIN / "lmc"), "run", *extra, toy_model_command(), *game_args, str(corpus)],
+                          capture_output=True, check=True, timeout=300).stdout
+
+
+def lmc_dist(args: list[str], check: bool = True, **kw) -> subprocess.CompletedProcess:
+    result = subprocess.run([str(BIN / "lmc-dist"), *args], capture_output=True, timeout=300, **kw)
+    if check and result.returncode != 0:
+        raise AssertionError(result.stderr.decode())
+    return result
+
+
+def concatenated(run_dir: Path) -> bytes:
+    out = run_dir.parent / (run_dir.name + ".jsonl")
+    subprocess.run([str(BIN / "lmc"), "convert", str(run_dir), "-o", str(out)], check=True,
+                   capture_output=True)
+    return out.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def commits(tmp_path_factory) -> Path:
+    """400 rows of the rails commit corpus: many users, some heavy."""
+    path = tmp_path_factory.mktemp("corpus") / "commits.jsonl"
+    with open(DATA / "commits" / "rails.test.sample.jsonl", "rb") as f:
+        path.write_bytes(b"".join(f.readline() for _ in range(400)))
+    return path
+
+
+@pytest.mark.parametrize("partition_chars", [500, 4000, 10**9])
+def test_embedded_cluster_matches_lmc_run(tmp_path, commits, partition_chars):
+    expected = lmc_run(["wc", "-p"], commits)
+    run_dir = tmp_path / "run"
+    result = lmc_dist(["run", toy_model_command(), "wc", "-p", "--input", str(commits),
+                       "--run-dir", str(run_dir), "--workers", "2",
+                       "--partition-chars", str(partition_chars), "--output", str(tmp_path / "all.jsonl")])
+    assert (tmp_path / "all.jsonl").read_bytes() == expected
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert all(p["state"] == "done" for p in manifest["partitions"])
+    parts = sorted(run_dir.glob("part-*.parquet"))
+    assert len(parts) == len(manifest["partitions"])
+    if partition_chars == 500:
+        assert len(parts) > 20
+    # stats.json equals `lmc stats` on the concatenated log, and is what the command printed
+    stats = json.loads((run_dir / "stats.json").read_text())
+    assert json.loads(result.stdout) == stats
+    lmc_stats = json.loads(subprocess.run([str(BIN / "lmc"), "stats", str(tmp_path / "all.jsonl")],
+                                          capture_output=True, check=True).stdout)
+    lmc_stats.pop("log")
+    assert stats == lmc_stats
+    assert "tokens/s" in result.stderr.decode()
+
+
+@pytest.mark.parametrize("workers, partition_chars, args", [
+    (1, 3000, ["wc"]),
+    (2, 3000, ["we", "--train"]),
+    (2, 700, ["ce"]),
+])
+def test_scheduler_cluster_matches_lmc_run(tmp_path, commits, two_workers, workers,
+                                           partition_chars, args):
+    game, *flags = args
+    expected = lmc_run([game], commits, extra=flags)
+    run_dir = tmp_path / "run"
+    lmc_dist(["run", toy_model_command(), game, *flags, "--input", str(commits), "--run-dir",
+              str(run_dir), "--scheduler", two_workers.address, "--partition-chars",
+              str(partition_chars), "--format", "jsonl"])
+    assert concatenated(run_dir) == expected
+
+
+def test_plain_text_gz_is_split_between_messages(tmp_path, two_workers):
+    corpus = tmp_path / "kjv.txt.gz"
+    with open(DATA / "kjv" / "test.sample.txt", "rb") as f:
+        corpus.write_bytes(gzip.compress(b"".join(f.readline() for _ in range(300))))
+    expected = lmc_run(["we"], corpus)
+    run_dir = tmp_path / "run"
+    lmc_dist(["run", toy_model_command(), "we", "--input", str(corpus), "--run-dir", str(run_dir),
+              "--scheduler", two_workers.address, "--partition-chars", "5000"])
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert len(manifest["partitions"]) > 3
+    assert [p["first_message"] for p in manifest["partitions"]][:2] == [0, manifest["partitions"][0]["messages"]]
+    assert concatenated(run_dir) == expected
+    frame = pd.read_parquet(run_dir)
+    assert len(frame) == expected.count(b"\n")
+    assert str(frame["message"].dtype) == "int64" and str(frame["logp"].dtype) == "float64"
+    assert frame["user"].isna().all()
+
+
+def test_wr_stats_match_lmc_run(tmp_path, commits, two_workers):
+    vocab = str(DATA / "vocab" / "american-english.txt")
+    expected = lmc_run(["wr", vocab], commits)
+    (tmp_path / "all.jsonl").write_bytes(expected)
+    run_dir = tmp_path / "run"
+    lmc_dist(["run", toy_model_command(), "wr", vocab, "--input", str(commits), "--run-dir",
+              str(run_dir), "--scheduler", two_workers.address, "--partition-chars", "3000"])
+    assert concatenated(run_dir) == expected
+    ours = json.loads((run_dir / "stats.json").read_text())
+    single = json.loads(subprocess.run([str(BIN / "lmc"), "stats", str(tmp_path / "all.jsonl")],
+                                       capture_output=True, check=True).stdout)
+    single.pop("log")
+    assert ours == pytest.approx(single) if False else ours["reranking"] == pytest.approx(single["reranking"])
+    assert ours == single
+
+
+def test_worker_killed_mid_run(tmp_path, commits):
+    expected = lmc_run(["wc", "-p"], commits)
+    run_dir = tmp_path / "run"
+    with cluster(2, tmp_path) as c:
+        proc = subprocess.Popen([str(BIN / "lmc-dist"), "run", toy_model_command("--delay", "0.004"),
+                                 "wc", "-p", "--input", str(commits), "--run-dir", str(run_dir),
+                                 "--scheduler", c.address, "--partition-chars", "1500"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            manifest = run_dir / "manifest.json"
+            if manifest.exists() and sum(p["state"] == "done" for p in
+                                         json.loads(manifest.read_text())["partitions"]) >= 2:
+                break
+            time.sleep(0.05)
+        os.kill(c.workers[0].pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err.decode()
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        assert len({p["worker"] for p in manifest["partitions"]}) == 2
+    assert concatenated(run_dir) == expected
+    assert not [p for p in run_dir.iterdir() if ".tmp" in p.name]
+
+
+def test_model_crash_then_resume(tmp_path, two_workers):
+    corpus = tmp_path / "kjv.txt"
+    with open(DATA / "kjv" / "test.sample.txt", "rb") as f:
+        corpus.write_bytes(b"".join(f.readline() for _ in range(60)))
+    flag = tmp_path / "crash"
+    flag.write_text("")
+    model = toy_model_command("--crash-if-exists", str(flag), "--crash-word", "Zara")
+    run_dir = tmp_path / "run"
+    args = ["run", model, "we", "--input", str(corpus), "--run-dir", str(run_dir),
+            "--scheduler", two_workers.address, "--partition-chars", "600", "--retries", "1"]
+    failed = lmc_dist(args, check=False)
+    err = failed.stderr.decode()
+    assert failed.returncode == 2
+    assert "partitions failed" in err and "--resume" in err
+    assert "exited with code 3" in err and "toy model: crashing on 'Zara'" in err
+    assert "while evaluating user None, message 2, token" in err
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    states = [p["state"] for p in manifest["partitions"]]
+    assert "failed" in states and "done" in states
+    assert not (run_dir / "stats.json").exists()
+    flag.unlink()
+    lmc_dist(args + ["--resume"])
+    assert concatenated(run_dir) == lmc_run(["we"], corpus)
+    again = lmc_dist(args, check=False)
+    assert again.returncode == 2 and "already holds a run" in again.stderr.decode()
+
+
+def test_bad_corpus_stops_before_any_model(tmp_path):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"text": "a"}\n{"user": "x"}\n')
+    result = lmc_dist(["run", toy_model_command(), "wc", "--input", str(corpus), "--run-dir",
+                       str(tmp_path / "run"), "--workers", "1"], check=False)
+    assert result.returncode == 2
+    assert f'{corpus}:2: row has no "text"' in result.stderr.decode()
+    assert not list((tmp_path / "run").glob("part-*"))

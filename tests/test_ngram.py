@@ -1,0 +1,452 @@
+"""Tests of the built-in n-gram model (lmchallenge/models/ngram.py, ngram_cli.py).
+
+Models are trained on the first 2,000 verses of the KJV Old Testament so the tests stay fast.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import subprocess
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import DATA, PYTHON, REFERENCE_LMC
+from lmchallenge.exceptions import InputError, LmcError
+from lmchallenge.models import ngram
+from lmchallenge.models.ngram import NgramModel, load_tables, save_tables, train_tables
+from lmchallenge.models.ngram_cli import main as ngram_main
+from lmchallenge.tokenize import words
+
+KJV_TRAIN = DATA / "kjv" / "train.txt.gz"
+KJV_TEST = DATA / "kjv" / "test.sample.txt"
+SLICE = 2000
+
+
+@pytest.fixture(scope="module")
+def kjv_lines() -> list[str]:
+    with gzip.open(KJV_TRAIN, "rt", encoding="utf-8") as f:
+        return [next(f).rstrip("\n") for _ in range(SLICE)]
+
+
+@pytest.fixture(scope="module")
+def word_tables(kjv_lines):
+    return train_tables([words(line) for line in kjv_lines], order=3, unit="word")
+
+
+@pytest.fixture(scope="module")
+def char_tables(kjv_lines):
+    return train_tables([list(line) for line in kjv_lines], order=4, unit="char")
+
+
+@pytest.fixture(scope="module")
+def corpus_file(kjv_lines, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("corpus") / "kjv2000.txt"
+    path.write_text("".join(line + "\n" for line in kjv_lines), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def word_model_file(word_tables, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("models") / "kjv2000.lm"
+    save_tables(word_tables, path)
+    return path
+
+
+@pytest.fixture()
+def model(word_model_file) -> NgramModel:
+    return NgramModel(model=str(word_model_file), top=20)
+
+
+# A plain implementation of interpolated modified Kneser-Ney, to check the vectorised one ----
+
+def reference_kneser_ney(lines: list[list[str]], order: int):
+    """P(word | history) by the formulas of Chen & Goodman (1998), with dictionaries."""
+    bos = ""
+    raw = [Counter() for _ in range(order + 1)]
+    for line in lines:
+        seq = [bos, *line]
+        for k in range(1, order + 1):
+            for i in range(len(seq) - k + 1):
+                gram = tuple(seq[i:i + k])
+                if gram != (bos,):
+                    raw[k][gram] += 1
+    counts = [Counter() for _ in range(order + 1)]
+    counts[order] = raw[order]
+    for k in range(1, order):
+        before = defaultdict(set)
+        for gram in raw[k + 1]:
+            before[gram[1:]].add(gram[0])
+        for gram, c in raw[k].items():
+            counts[k][gram] = c if gram[0] == bos else len(before[gram])
+
+    def discounts(values):
+        n = [sum(1 for v in values if v == r) for r in (1, 2, 3, 4)]
+        if min(n) == 0:
+            return (0.5, 1.0, 1.5)
+        y = n[0] / (n[0] + 2 * n[1])
+        return (1 - 2 * y * n[1] / n[0], 2 - 3 * y * n[2] / n[1], 3 - 4 * y * n[3] / n[2])
+
+    d = {k: discounts(list(counts[k].values())) for k in range(1, order + 1)}
+    totals = [defaultdict(float) for _ in range(order + 1)]
+    mass = [defaultdict(float) for _ in range(order + 1)]
+    for k in range(1, order + 1):
+        for gram, c in counts[k].items():
+            totals[k][gram[:-1]] += c
+            mass[k][gram[:-1]] += d[k][min(c, 3) - 1]
+    vocab_size = len(counts[1])
+
+    def prob(word: str, history: tuple[str, ...]) -> float:
+        history = history[max(0, len(history) - (order - 1)):] if order > 1 else ()
+        k = len(history) + 1
+        if k == 1:
+            c = counts[1].get((word,), 0)
+            lower = 1.0 / vocab_size
+        else:
+            c = counts[k].get((*history, word), 0)
+            lower = prob(word, history[1:])
+        total = totals[k].get(history, 0.0)
+        if total == 0:
+            return lower
+        discounted = max(c - d[k][min(c, 3) - 1], 0.0) if c else 0.0
+        return discounted / total + mass[k][history] / total * lower
+
+    return prob
+
+
+@pytest.mark.parametrize("order", [1, 2, 3, 4])
+def test_probabilities_match_a_plain_kneser_ney(kjv_lines, order):
+    lines = [words(line) for line in kjv_lines[:300]]
+    expected = reference_kneser_ney(lines, order)
+    model = NgramModel(train_tables(lines, order=order))
+    checked = 0
+    for text in kjv_lines[:20] + kjv_lines[1500:1520]:
+        tokens = words(text)
+        position = 0  # the context is the text before the token, as the we game sends it
+        for i, token in enumerate(tokens):
+            position = text.index(token, position)
+            answer = model.predict(text[:position], [token])
+            position += len(token)
+            if token not in model.tables.index:
+                assert answer == []
+                continue
+            assert answer[0][0] == token
+            want = math.log(expected(token, ("", *tokens[:i])))
+            assert answer[0][1] == pytest.approx(want, abs=1e-9)
+            checked += 1
+    assert checked > 500
+
+
+def test_character_probabilities_match_a_plain_kneser_ney(kjv_lines):
+    lines = [list(line) for line in kjv_lines[:100]]
+    expected = reference_kneser_ney(lines, 4)
+    model = NgramModel(train_tables(lines, order=4, unit="char"))
+    for text in kjv_lines[:3] + kjv_lines[1000:1003]:
+        for i, char in enumerate(text):
+            (found,) = model.predict(text[:i], [char])
+            assert found[0] == char
+            assert found[1] == pytest.approx(math.log(expected(char, ("", *text[:i]))), abs=1e-9)
+
+
+# Normalisation -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("context", ["", "In the ", "And God said unto ", "Jesus wept ",
+                                     "And the LORD , "])
+def test_word_probabilities_sum_to_one(model, context):
+    vocabulary = model.tables.vocab[1:]
+    answer = model.predict(context, vocabulary)
+    assert len(answer) == len(vocabulary)
+    assert math.fsum(math.exp(logp) for _, logp in answer) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_probabilities_with_a_cache_sum_to_one_over_vocabulary_and_cache(model):
+    model.train("Jesus wept , and Lazarus slept in the tomb of Bethany")
+    extra = sorted(set(model.cache.counts) - set(model.tables.vocab))
+    assert extra == ["Bethany", "Jesus", "Lazarus", "tomb"]
+    units = model.tables.vocab[1:] + extra
+    for context in ["", "In the ", "And Jesus "]:
+        answer = model.predict(context, units)
+        assert len(answer) == len(units)
+        assert math.fsum(math.exp(logp) for _, logp in answer) == pytest.approx(1.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("context", ["", "I", "In the beginnin", "zzz\u00e9"])
+def test_character_probabilities_sum_to_one(char_tables, context):
+    model = NgramModel(char_tables)
+    chars = char_tables.vocab[1:]
+    answer = model.predict(context, chars)
+    assert sorted(c for c, _ in answer) == sorted(chars)
+    assert math.fsum(math.exp(logp) for _, logp in answer) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_min_count_vocabulary_is_normalised_and_leaves_rare_words_out(kjv_lines):
+    lines = [words(line) for line in kjv_lines[:500]]
+    counts = Counter(w for line in lines for w in line)
+    tables = train_tables(lines, order=3, min_count=3)
+    assert tables.vocab[1:] == sorted(w for w, c in counts.items() if c >= 3)
+    model = NgramModel(tables)
+    rare = sorted(w for w, c in counts.items() if c == 1)[0]
+    assert model.predict("And ", [rare, "the"])[0][0] == "the"
+    assert len(model.predict("And ", [rare, "the"])) == 1
+    # a history cut after a rare word is still a distribution over the vocabulary
+    answer = model.predict(f"And {rare} ", tables.vocab[1:])
+    assert math.fsum(math.exp(p) for _, p in answer) == pytest.approx(1.0, abs=1e-6)
+
+
+# Prediction semantics ----------------------------------------------------------------------------
+
+def test_prefix_completion_returns_suffixes_of_longer_vocabulary_words(model):
+    answer = model.predict("I like bi", None)
+    assert answer, "some words start with 'bi'"
+    vocab = set(model.tables.vocab)
+    for suffix, _ in answer:
+        assert suffix and "bi" + suffix in vocab
+    scores = [s for _, s in answer]
+    assert scores == sorted(scores, reverse=True)
+    # scores are the probabilities of the whole words
+    whole = dict(model.predict("I like ", ["bi" + s for s, _ in answer]))
+    for suffix, score in answer:
+        assert score == pytest.approx(whole["bi" + suffix], abs=1e-12)
+
+
+def test_completion_excludes_the_prefix_itself_and_is_the_best_matching_words(model):
+    answer = model.predict("In the begin", None)
+    assert ("ning", answer[0][1]) == answer[0]
+    assert all(s for s, _ in answer)  # "begin" itself is not a completion
+    candidates = [w for w in model.tables.vocab if w.startswith("begin") and w != "begin"]
+    scored = sorted(model.predict("In the ", candidates), key=lambda p: (-p[1], p[0]))
+    assert [("begin" + s, p) for s, p in answer] == scored[:20]
+
+
+def test_next_word_predictions_are_top_n_with_ties_by_word(model):
+    answer = model.predict("And God said unto ", None)
+    assert len(answer) == 20
+    assert [text for text, _ in answer[:3]] == ["him", "them", "his"]
+    keys = [(-score, text) for text, score in answer]
+    assert keys == sorted(keys)
+    everything = sorted(model.predict("And God said unto ", model.tables.vocab[1:]),
+                        key=lambda p: (-p[1], p[0]))
+    assert answer == everything[:20]
+
+
+def test_top_option(word_model_file):
+    assert len(NgramModel(model=str(word_model_file), top=3).predict("In the ", None)) == 3
+    assert NgramModel(model=str(word_model_file), top=0).predict("In the ", None) == []
+
+
+def test_candidates_with_a_prefix_score_prefix_plus_candidate(model):
+    (with_prefix,) = model.predict("In the begin", ["ning"])
+    (whole,) = model.predict("In the ", ["beginning"])
+    assert with_prefix == ("ning", whole[1])
+
+
+def test_candidate_starting_a_new_token_after_the_prefix_treats_the_prefix_as_a_word(model):
+    (after_word,) = model.predict("And God said", [","])
+    (after_space,) = model.predict("And God said ", [","])
+    assert after_word == (",", after_space[1])
+
+
+def test_out_of_vocabulary_candidates_are_omitted(model):
+    answer = model.predict("In the ", ["Jesus", "beginning", "zzyzx", ""])
+    assert [c for c, _ in answer] == ["beginning"]
+    assert model.predict("In the ", []) == []
+
+
+def test_multi_token_candidate_is_the_product_of_its_tokens(model):
+    (both,) = model.predict("And God ", ["said unto"])
+    (first,) = model.predict("And God ", ["said"])
+    (second,) = model.predict("And God said ", ["unto"])
+    assert both[1] == pytest.approx(first[1] + second[1], abs=1e-12)
+
+
+def test_history_is_only_the_current_line_and_long_contexts_agree(model, kjv_lines):
+    text = kjv_lines[1234]
+    tokens = words(text)
+    cut = text.rindex(tokens[-2])
+    long_context = " ".join(kjv_lines[1000:1010]) + " " + text[:cut]
+    # a long context with the same last words gives the same answer as the short one
+    short = " ".join(tokens[-4:-2]) + " "
+    assert model.predict(long_context, None) == model.predict("x " + short, None)
+
+
+# Cache ---------------------------------------------------------------------------------------
+
+def test_train_raises_a_word_and_clear_restores_it_exactly(model):
+    before = model.predict("And he ", ["wept", "said"])
+    before_top = model.predict("And he w", None)
+    assert before_top[0][0] != "ept"
+    model.train("And he wept , he wept sore .")
+    after = dict(model.predict("And he ", ["wept", "said"]))
+    assert after["wept"] > dict(before)["wept"]
+    assert after["said"] < dict(before)["said"]
+    after_top = [s for s, _ in model.predict("And he w", None)]
+    assert after_top.index("ept") < [s for s, _ in before_top].index("ept")
+    model.clear()
+    assert model.predict("And he ", ["wept", "said"]) == before
+    assert model.predict("And he w", None) == before_top
+
+
+def test_cache_makes_a_new_word_scorable_and_predictable(model):
+    assert model.predict("And ", ["Jesus"]) == []
+    model.train("Jesus wept")
+    (found,) = model.predict("And ", ["Jesus"])
+    assert found[0] == "Jesus" and found[1] < 0
+    for _ in range(30):
+        model.train("Jesus Jesus Jesus")
+    assert "esus" in [s for s, _ in model.predict("And J", None)]
+    model.clear()
+    assert model.predict("And ", ["Jesus"]) == []
+
+
+def test_cached_top_n_equals_brute_force(model, kjv_lines):
+    for line in kjv_lines[100:140]:
+        model.train(line)
+    vocabulary = sorted(set(model.tables.vocab[1:]) | set(model.cache.counts))
+    for context in ["", "And the ", "And the L", "And he sa", "And Moses "]:
+        prefix = "" if context.endswith(" ") or not context else words(context)[-1]
+        matching = [w for w in vocabulary if w.startswith(prefix) and len(w) > len(prefix)]
+        context_only = context[:len(context) - len(prefix)]
+        scored = sorted(model.predict(context_only, matching), key=lambda p: (-p[1], p[0]))
+        expected = [(w[len(prefix):], p) for w, p in scored[:20]]
+        got = model.predict(context, None)
+        assert [s for s, _ in got] == [s for s, _ in expected]
+        assert [p for _, p in got] == pytest.approx([p for _, p in expected], abs=1e-12)
+
+
+# Character model ------------------------------------------------------------------------------
+
+def test_character_model_scores_the_next_character_for_ce(char_tables):
+    model = NgramModel(char_tables, top=5)
+    (found,) = model.predict("In the beginnin", ["g"])
+    assert found[0] == "g" and found[1] > math.log(0.5)
+    assert model.predict("In the beginnin", ["\u20ac"]) == []  # not a training character
+    top = model.predict("In the beginnin", None)
+    assert top[0][0] == "g" and len(top) == 5
+    # a multi-character candidate is the product of its characters
+    (two,) = model.predict("In the beginni", ["ng"])
+    (n,) = model.predict("In the beginni", ["n"])
+    assert two[1] == pytest.approx(n[1] + found[1], abs=1e-12)
+
+
+def test_character_cache(char_tables):
+    model = NgramModel(char_tables)
+    before = model.predict("abc", ["\u00e9", "e"])
+    assert [c for c, _ in before] == ["e"]
+    model.train("\u00e9t\u00e9 \u00e9t\u00e9")
+    assert {c for c, _ in model.predict("abc", ["\u00e9", "e"])} == {"\u00e9", "e"}
+    model.clear()
+    assert model.predict("abc", ["\u00e9", "e"]) == before
+
+
+# Files, training input, determinism ----------------------------------------------------------
+
+def test_save_and_load_give_the_same_model(word_tables, word_model_file):
+    loaded = load_tables(word_model_file)
+    assert loaded.vocab == word_tables.vocab
+    assert loaded.order == 3 and loaded.unit == "word"
+    for a, b in zip(loaded.prob + loaded.gamma + loaded.rank + loaded.keys[1:],
+                    word_tables.prob + word_tables.gamma + word_tables.rank
+                    + word_tables.keys[1:]):
+        assert np.array_equal(a, b)
+    assert loaded.meta == json.loads(json.dumps(word_tables.meta))
+
+
+def test_load_rejects_other_files(tmp_path):
+    other = tmp_path / "other.lm"
+    other.write_text("hello\n")
+    with pytest.raises(InputError, match="not an lmc-ngram model file"):
+        load_tables(other)
+    with pytest.raises(InputError, match="cannot read model"):
+        load_tables(tmp_path / "missing.lm")
+
+
+def test_training_twice_gives_identical_files_from_text_gzip_and_jsonl(corpus_file, kjv_lines,
+                                                                          tmp_path):
+    gz = tmp_path / "kjv.txt.gz"
+    gz.write_bytes(gzip.compress(corpus_file.read_bytes()))
+    jsonl = tmp_path / "kjv.jsonl"
+    jsonl.write_text("".join(json.dumps({"userId": f"u{i % 7}", "timestamp": i, "text": line})
+                             + "\n" for i, line in enumerate(kjv_lines)), encoding="utf-8")
+    outputs = []
+    for name, source in [("a", corpus_file), ("b", corpus_file), ("c", gz), ("d", jsonl)]:
+        out = tmp_path / f"{name}.lm"
+        ngram_main(["train", str(source), "-o", str(out)])
+        outputs.append(out.read_bytes())
+    assert outputs[0] == outputs[1] == outputs[2] == outputs[3]
+    model = NgramModel(model=str(tmp_path / "a.lm"))
+    assert model.predict("In the ", ["beginning"])[0][0] == "beginning"
+
+
+def test_train_chars_option_and_default_order(corpus_file, tmp_path):
+    out = tmp_path / "chars.lm"
+    ngram_main(["train", "--chars", str(corpus_file), "-o", str(out)])
+    tables = load_tables(out)
+    assert tables.unit == "char" and tables.order == 6
+    assert " " in tables.vocab and "e" in tables.vocab
+
+
+def test_unique_rows_packed_and_column_codes_agree():
+    rng = np.random.default_rng(0)
+    rows = rng.integers(0, 5, size=(400, 3))
+    packed = ngram._unique_rows(rows, 5)
+    by_columns = ngram._unique_rows(rows, 2 ** 40)
+    assert np.array_equal(packed[0], by_columns[0]) and np.array_equal(packed[1], by_columns[1])
+    assert packed[1].sum() == 400
+    assert [tuple(r) for r in packed[0]] == sorted({tuple(r) for r in rows.tolist()})
+
+
+def test_large_vocabulary_high_order_uses_column_codes_and_stays_normalised(kjv_lines):
+    lines = [words(line) for line in kjv_lines[:300]]
+    tables = train_tables(lines, order=7)
+    assert (tables.base + 1) ** 7 >= 2 ** 62  # the unpacked path
+    model = NgramModel(tables)
+    answer = model.predict("And God said unto ", tables.vocab[1:])
+    assert math.fsum(math.exp(p) for _, p in answer) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_training_errors():
+    with pytest.raises(LmcError, match="order must be at least 1"):
+        train_tables([["a"]], order=0)
+    with pytest.raises(LmcError, match="no word occurs at least 5 times"):
+        train_tables([["a", "b"]], order=2, min_count=5)
+
+
+def test_cli_errors_exit_2_with_a_message(tmp_path):
+    bad = tmp_path / "bad.lm"
+    bad.write_text("not a model")
+    result = subprocess.run([PYTHON, "-m", "lmchallenge.models.ngram_cli", "serve", str(bad)],
+                            input="", capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "not an lmc-ngram model file" in result.stderr
+    result = subprocess.run([PYTHON, "-m", "lmchallenge.models.ngram_cli", "train",
+                             str(tmp_path / "missing.txt"), "-o", str(tmp_path / "m.lm")],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "missing.txt" in result.stderr
+    assert not (tmp_path / "m.lm").exists()
+
+
+# End to end through the reference client ------------------------------------------------------
+
+@pytest.mark.reference
+def test_reference_lmc_runs_the_shell_model(word_model_file, tmp_path):
+    if not REFERENCE_LMC.exists():
+        pytest.skip(f"reference lmchallenge==5.2 not installed at {REFERENCE_LMC}")
+    lines = KJV_TEST.read_text(encoding="utf-8").splitlines()[:5]
+    command = f"{PYTHON} -m lmchallenge.models.ngram_cli serve {word_model_file}"
+    result = subprocess.run([str(REFERENCE_LMC), "run", command, "we"],
+                            input="".join(line + "\n" for line in lines),
+                            capture_output=True, text=True, timeout=120, check=True)
+    log = [json.loads(row) for row in result.stdout.splitlines()]
+    model = NgramModel(model=str(word_model_file))
+    assert len(log) == sum(len(words(line)) for line in lines)
+    for datum in log:
+        text = lines[datum["message"]]
+        answer = model.predict(text[:datum["character"]], [datum["target"]])
+        expected = answer[0][1] if answer else None
+        assert datum["logp"] == pytest.approx(expected, abs=1e-6) if expected is not None \
+            else datum["logp"] is None

@@ -1,0 +1,213 @@
+"""Tests of the model side of the line protocol (lmchallenge/models/protocol.py) and of
+``lmc-ngram serve`` over real pipes."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import queue
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, DATA, PYTHON
+from lmchallenge.model import Model, Predict, ShellModel, Train, Clear, parse_answer
+from lmchallenge.models import protocol
+from lmchallenge.models.ngram import NgramModel, save_tables, train_tables
+from lmchallenge.tokenize import words
+
+
+class RecordingModel(Model):
+    """A small real model: predicts the last character of the context, scores candidates
+    by minus their length (leaving out those with a "q"), and remembers what it was taught."""
+
+    def __init__(self):
+        self.taught: list[str] = []
+
+    def predict(self, context, candidates):
+        if context == "boom":
+            raise RuntimeError("exploded")
+        if candidates is None:
+            return [(context[-1:] or "^", -1.0), ("tab\there", -2.0), ("nothing", None)]
+        return [(c, -float(len(c))) for c in candidates if "q" not in c]
+
+    def train(self, text):
+        self.taught.append(text)
+
+    def clear(self):
+        self.taught.clear()
+
+
+def serve_bytes(model, data: bytes) -> tuple[bytes, str]:
+    out, err = io.BytesIO(), io.StringIO()
+    protocol.serve(model, io.BytesIO(data), out, err)
+    return out.getvalue(), err.getvalue()
+
+
+def test_predict_train_clear_answers():
+    model = RecordingModel()
+    out, err = serve_bytes(model, b"predict\tI am\npredict\tI am \tyour\tquux\tbe\n"
+                                  b"train\tHello world\nclear\ntrain\tagain\npredict\n")
+    assert out == (b"m\t-1.0\ttab here\t-2.0\n"
+                   b"your\t-4.0\tbe\t-2.0\n"  # in the model's order
+                   b"^\t-1.0\ttab here\t-2.0\n")
+    assert err == ""
+    assert model.taught == ["again"]
+
+
+def test_scores_are_written_exactly():
+    class Exact(Model):
+        def predict(self, context, candidates):
+            return [("a", -0.1 - 0.2), ("b", -1e-300), ("c", -123456789.125)]
+
+    out, _ = serve_bytes(Exact(), b"predict\tx\n")
+    answer = parse_answer(out.decode().rstrip("\n"))
+    assert answer == [("a", -0.1 - 0.2), ("b", -1e-300), ("c", -123456789.125)]
+
+
+def test_empty_answer_is_an_empty_line():
+    class Silent(Model):
+        def predict(self, context, candidates):
+            return []
+
+    out, _ = serve_bytes(Silent(), b"predict\tx\tq\npredict\ty\n")
+    assert out == b"\n\n"
+
+
+def test_malformed_requests_never_leave_the_client_waiting():
+    model = RecordingModel()
+    out, err = serve_bytes(model, b"predict\t\xff\xfe broken\n"
+                                  b"predict\tboom\n"
+                                  b"frobnicate\tx\n"
+                                  b"train\t\xff\n"
+                                  b"predict\tok\n")
+    # one line per predict, in order, even for undecodable bytes and model errors
+    assert out == b"\n\nk\t-1.0\ttab here\t-2.0\n"
+    assert "not valid UTF-8" in err
+    assert "predict failed: RuntimeError: exploded" in err
+    assert "unknown command 'frobnicate'" in err
+    assert model.taught == []
+
+
+def test_lines_split_on_line_feed_only():
+    model = RecordingModel()
+    out, _ = serve_bytes(model, "predict\tab\rc\u2028d\ntrain\tx\ry\n".encode())
+    assert out == b"d\t-1.0\ttab here\t-2.0\n"
+    assert model.taught == ["x\ry"]
+
+
+def test_last_line_without_newline_is_answered():
+    out, _ = serve_bytes(RecordingModel(), b"predict\tend")
+    assert out == b"d\t-1.0\ttab here\t-2.0\n"
+
+
+def test_run_loop_on_text_streams():
+    model = RecordingModel()
+    out, err = io.StringIO(), io.StringIO()
+    model.run_loop(io.StringIO("predict\tcaf\u00e9\ntrain\tt\u00e9\n"), out, err)
+    assert out.getvalue() == "\u00e9\t-1.0\ttab here\t-2.0\n"
+    assert model.taught == ["t\u00e9"]
+
+
+def test_model_without_train_or_clear_is_served():
+    class PredictOnly:
+        def predict(self, context, candidates):
+            return [("x", 0.0)]
+
+    out, err = serve_bytes(PredictOnly(), b"train\tabc\nclear\npredict\t\n")
+    assert out == b"x\t0.0\n" and err == ""
+
+
+# lmc-ngram serve over real pipes ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory) -> Path:
+    with gzip.open(DATA / "kjv" / "train.txt.gz", "rt", encoding="utf-8") as f:
+        lines = [next(f).rstrip("\n") for _ in range(500)]
+    path = tmp_path_factory.mktemp("serve") / "kjv500.lm"
+    save_tables(train_tables([words(line) for line in lines], order=3), path)
+    return path
+
+
+class Server:
+    """``python -m lmchallenge.models.ngram_cli serve MODEL`` with a line reader thread."""
+
+    def __init__(self, argv: list[str]):
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE)
+        self.lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for raw in iter(self.proc.stdout.readline, b""):
+            self.lines.put(raw)
+        self.lines.put(None)
+
+    def send(self, data: bytes) -> None:
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def answer(self, timeout: float = 60) -> bytes:
+        return self.lines.get(timeout=timeout)
+
+    def result(self):
+        return parse_answer(self.answer().decode("utf-8").rstrip("\n"))
+
+    def close(self) -> tuple[int, str]:
+        self.proc.stdin.close()
+        code = self.proc.wait(timeout=60)
+        return code, self.proc.stderr.read().decode()
+
+
+def test_serve_answers_each_request_before_the_next_is_sent(model_file):
+    local = NgramModel(model=str(model_file), top=5)
+    server = Server([PYTHON, "-m", "lmchallenge.models.ngram_cli", "serve", str(model_file),
+                     "--top", "5"])
+    try:
+        server.send(b"predict\tIn the \n")
+        assert server.result() == local.predict("In the ", None)
+        server.send(b"predict\tIn the beg\tinning\tzzz\n")
+        assert server.result() == local.predict("In the beg", ["inning", "zzz"])
+        server.send(b"train\tAnd he wept , he wept sore .\n")
+        local.train("And he wept , he wept sore .")
+        server.send(b"predict\tAnd he \twept\n")
+        assert server.result() == local.predict("And he ", ["wept"])
+        server.send(b"clear\npredict\t\xff\npredict\tAnd he \twept\n")
+        local.clear()
+        assert server.answer() == b"\n"
+        assert server.result() == local.predict("And he ", ["wept"])
+    finally:
+        code, err = server.close()
+    assert code == 0
+    assert "not valid UTF-8" in err
+    assert server.answer() is None  # nothing more was written (train/clear are silent)
+
+
+def test_console_script_with_pipelined_shell_model(model_file, kjv_test_lines):
+    script = BIN / "lmc-ngram"
+    if not script.exists():
+        pytest.skip(f"console script not installed at {script} (pip install -e .)")
+    local = NgramModel(model=str(model_file))
+    requests = []
+    for line in kjv_test_lines:
+        for i in range(0, len(line), 3):
+            requests.append(Predict(line[:i], None))
+            requests.append(Predict(line[:i], ["the", "LORD", "Jesus"]))
+        requests.append(Train(line))
+    requests.append(Clear())
+    requests.append(Predict("And ", ["Jesus"]))
+    expected = [local.predict(r.context, r.candidates) if isinstance(r, Predict)
+                else (local.train(r.text) if isinstance(r, Train) else local.clear())
+                for r in requests]
+    expected = [e for e, r in zip(expected, requests) if isinstance(r, Predict)]
+    with ShellModel(f"{script} serve {model_file}", window=64) as shell:
+        answers = list(shell.stream(requests))
+    assert answers == expected
+    assert answers[-1] == []
+
+
+@pytest.fixture(scope="module")
+def kjv_test_lines() -> list[str]:
+    return (DATA / "kjv" / "test.sample.txt").read_text(encoding="utf-8").splitlines()[:12]

@@ -1,0 +1,252 @@
+"""End-to-end tests of `lmc run`: logs, corpus semantics, bad input and model failures."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import lmchallenge as lmc
+from lmchallenge.model import ShellModel, parse_answer, shell_command
+from conftest import DATA, lmc_command, toy_model_command
+
+
+def run_lmc(*args: str, stdin: bytes | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run([*lmc_command(), *args], input=stdin, capture_output=True, timeout=300)
+    if check and result.returncode != 0:
+        raise AssertionError(result.stderr.decode())
+    return result
+
+
+def lines_of(path: Path, n: int) -> bytes:
+    with open(path, "rb") as f:
+        return b"".join(f.readline() for _ in range(n))
+
+
+def marked_up(rows: list[dict]) -> bytes:
+    return "".join(json.dumps(r) + "\n" for r in rows).encode()
+
+
+# -- differential tests against lmchallenge==5.2 ---------------------------------------------
+
+@pytest.mark.reference
+@pytest.mark.parametrize("game", ["wc", "we", "ce"])
+def test_same_log_as_reference_on_kjv(game, reference_lmc):
+    corpus = lines_of(DATA / "kjv" / "test.sample.txt", 40)
+    ours = run_lmc("run", toy_model_command(), game, stdin=corpus).stdout
+    ref = subprocess.run([str(reference_lmc), "run", toy_model_command(), game], input=corpus,
+                         capture_output=True, check=True).stdout
+    assert ours.count(b"\n") > 900 if game == "ce" else ours.count(b"\n") > 900
+    assert ours == ref
+
+
+@pytest.mark.reference
+@pytest.mark.parametrize("game", ["wc", "we"])
+def test_same_log_as_reference_when_training_per_user(game, reference_lmc, tmp_path):
+    # the reference groups by "user" and trains after every message; without timestamps our
+    # semantics are the same, so the logs must be identical
+    rows = [json.loads(line) for line in lines_of(DATA / "commits" / "rails.test.sample.jsonl", 300).splitlines()]
+    ours_rows = [{"userId": r["userId"], "text": r["text"]} for r in rows]
+    ref_rows = [{"user": r["userId"], "text": r["text"]} for r in rows]
+    ours = run_lmc("run", "--train", toy_model_command(), game, stdin=marked_up(ours_rows)).stdout
+    ref = subprocess.run([str(reference_lmc), "run", "--train", toy_model_command(), game],
+                         input=marked_up(ref_rows), capture_output=True, check=True).stdout
+    assert len({json.loads(line)["user"] for line in ours.splitlines()}) >= 5
+    assert ours == ref
+
+
+# -- corpus semantics ---------------------------------------------------------------------------
+
+def test_user_groups_and_message_numbers():
+    rows = [{"userId": "a", "text": "one two"}, {"userId": "a", "text": "three"},
+            {"user": "b", "text": "four"}, {"userId": "a", "text": "five"}]
+    log = [json.loads(line) for line in run_lmc("run", toy_model_command(), "we",
+                                                stdin=marked_up(rows)).stdout.splitlines()]
+    assert [(d["user"], d["message"], d["token"], d["character"], d["target"]) for d in log] == [
+        ("a", 0, 0, 0, "one"), ("a", 0, 1, 4, "two"), ("a", 1, 0, 0, "three"),
+        ("b", 0, 0, 0, "four"), ("a", 0, 0, 0, "five")]
+
+
+def test_training_waits_for_rows_sharing_a_timestamp():
+    # the toy model scores trained words 0.0; "zebra" is trained on by row 1
+    rows = [{"userId": "u", "timestamp": 5, "text": "zebra"},
+            {"userId": "u", "timestamp": 5, "text": "zebra"},
+            {"userId": "u", "timestamp": 6, "text": "zebra"},
+            {"userId": "v", "timestamp": 6, "text": "zebra"}]
+    log = [json.loads(line) for line in run_lmc("run", "--train", toy_model_command(), "we",
+                                                stdin=marked_up(rows)).stdout.splitlines()]
+    # same timestamp: not yet trained; later timestamp: trained; new user: cleared
+    assert [d["logp"] for d in log] == [-5.0, -5.0, 0.0, -5.0]
+
+
+def test_without_train_the_model_never_learns():
+    rows = [{"userId": "u", "timestamp": 1, "text": "zebra"},
+            {"userId": "u", "timestamp": 2, "text": "zebra"}]
+    log = [json.loads(line) for line in run_lmc("run", toy_model_command(), "we",
+                                                stdin=marked_up(rows)).stdout.splitlines()]
+    assert [d["logp"] for d in log] == [-5.0, -5.0]
+
+
+def test_gzip_corpus_and_output_forms(tmp_path):
+    corpus = tmp_path / "c.txt.gz"
+    corpus.write_bytes(gzip.compress(lines_of(DATA / "fortunes" / "fortunes.test.txt", 20)))
+    plain = run_lmc("run", toy_model_command(), "wc", "-p", str(corpus)).stdout
+    run_lmc("run", "--output", str(tmp_path / "out.jsonl.gz"), toy_model_command(), "wc", "-p", str(corpus))
+    run_lmc("run", "--output", str(tmp_path / "out.jsonl"), toy_model_command(), "wc", "-p", str(corpus))
+    assert gzip.decompress((tmp_path / "out.jsonl.gz").read_bytes()) == plain
+    assert (tmp_path / "out.jsonl").read_bytes() == plain
+    assert all(len(json.loads(line)["completions"]) == 1 for line in plain.splitlines())
+
+
+# -- bad input ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("content, message", [
+    (b'{"text": "fine"}\n{"text": "broken\n', 'c.jsonl:2: invalid JSON: Unterminated string'),
+    (b'{"text": "fine"}\n{"user": "a"}\n', 'c.jsonl:2: row has no "text"'),
+    (b'{"text": "fine"}\n{"text": 3}\n', 'c.jsonl:2: "text" must be a string'),
+    (b'{"text": "fine"}\n\n[1, 2]\n', 'c.jsonl:3: a marked-up row must be a JSON object'),
+    (b'good line\nbad \xff line\n', 'c.jsonl:2: not valid UTF-8'),
+])
+def test_bad_corpus_names_file_and_line_and_writes_nothing(tmp_path, content, message):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_bytes(content)
+    out = tmp_path / "log.jsonl"
+    result = run_lmc("run", "--output", str(out), toy_model_command(), "wc", str(corpus), check=False)
+    assert result.returncode == 2
+    assert message in result.stderr.decode()
+    assert result.stdout == b""
+    assert not out.exists() and list(tmp_path.iterdir()) == [corpus]
+
+
+def test_bad_corpus_on_stdin_writes_nothing_to_stdout():
+    result = run_lmc("run", toy_model_command(), "we",
+                     stdin=b'{"text": "a b c"}\n{"text": "d"}\n{"txt": 1}\n', check=False)
+    assert result.returncode == 2
+    assert result.stdout == b""
+    assert '<stdin>:3: row has no "text"' in result.stderr.decode()
+
+
+# -- model failures -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode, reason, stderr", [
+    ("exit", "exited with code 3", "toy model: giving up"),
+    ("hang", "no answer within 1 s (killed)", "toy model: hanging"),
+    ("garbage", "malformed answer", "model stderr: (empty)"),
+    ("silent-exit", "exited (code 0) before answering", "model stderr: (empty)"),
+])
+def test_model_failure_names_model_query_and_stderr(tmp_path, mode, reason, stderr):
+    out = tmp_path / "log.jsonl"
+    result = run_lmc("run", "--timeout", "1", "--output", str(out),
+                     toy_model_command("--mode", mode, "--after", "3"), "wc",
+                     stdin=b"The book of the generation\n", check=False)
+    text = result.stderr.decode()
+    assert result.returncode == 2, text
+    assert f"--mode {mode} --after 3': {reason}" in text
+    assert "while evaluating user None, message 0, token 1 ('book')" in text
+    assert "last request: 'predict\\tThe '" in text
+    assert stderr in text
+    assert not out.exists()
+
+
+def test_model_flooding_stderr_does_not_deadlock():
+    corpus = lines_of(DATA / "kjv" / "test.sample.txt", 5)
+    flooded = run_lmc("run", toy_model_command("--mode", "flood"), "wc", stdin=corpus).stdout
+    normal = run_lmc("run", toy_model_command(), "wc", stdin=corpus).stdout
+    assert flooded == normal and flooded.count(b"\n") == 89
+
+
+def test_shell_model_stream_pipelines_in_order():
+    model = ShellModel(toy_model_command(), window=4)
+    try:
+        from lmchallenge.model import Predict, Train, Clear
+        answers = list(model.stream([Predict("The b", None), Train("zebra"),
+                                     Predict("", ["zebra", "quail", "ox"]), Clear(),
+                                     Predict("", ["zebra"])] * 20))
+        assert len(answers) == 60
+        assert answers[0] == [("e", -16.0)]
+        assert answers[1] == [("zebra", 0.0), ("ox", -2.0)]
+        assert answers[2] == [("zebra", -5.0)]
+        assert answers[57:] == answers[:3]
+    finally:
+        model.close()
+
+
+def test_protocol_helpers():
+    assert parse_answer("a\t-1\tb\t2.5") == [("a", -1.0), ("b", 2.5)]
+    assert parse_answer("") == []
+    with pytest.raises(ValueError, match="3 fields"):
+        parse_answer("a\t1\tb\n")
+    with pytest.raises(ValueError, match="not a number"):
+        parse_answer("a\tx\n")
+    assert shell_command("m", {"positional": ["x y"], "n": 3, "-k": "v"}) == "m 'x y' --n 3 -k v"
+
+
+# -- wr -----------------------------------------------------------------------------------------
+
+def test_wr_is_byte_identical_across_processes_and_hash_seeds(tmp_path):
+    corpus = lines_of(DATA / "commits" / "rails.test.sample.jsonl", 60)
+    vocab = str(DATA / "vocab" / "american-english.txt")
+    logs = []
+    for hash_seed in ("1", "2"):
+        result = subprocess.run([*lmc_command(), "run", toy_model_command(), "wr", vocab],
+                                input=corpus, capture_output=True, check=True,
+                                env={**__import__("os").environ, "PYTHONHASHSEED": hash_seed})
+        logs.append(result.stdout)
+    assert logs[0] == logs[1]
+    log = [json.loads(line) for line in logs[0].splitlines()]
+    assert len(log) > 300
+    for datum in log:
+        candidates = [r[0] for r in datum["results"]]
+        assert datum["target"] in candidates and datum["verbatim"] in candidates
+        assert len(candidates) == len(set(candidates)) <= 100
+        errors = [r[1] for r in datum["results"]]
+        assert errors == sorted(errors, reverse=True)
+    assert sum(d["verbatim"] != d["target"] for d in log) > 0.1 * len(log)
+
+
+def test_wr_corruption_depends_only_on_user_and_message():
+    rows = [json.loads(line) for line in lines_of(DATA / "commits" / "rails.test.sample.jsonl", 40).splitlines()]
+    vocab = str(DATA / "vocab" / "american-english.txt")
+    whole = run_lmc("run", toy_model_command(), "wr", vocab, stdin=marked_up(rows)).stdout.splitlines()
+    last_user = rows[-1]["userId"]
+    tail = [r for r in rows if r["userId"] == last_user]
+    part = run_lmc("run", toy_model_command(), "wr", vocab, stdin=marked_up(tail)).stdout.splitlines()
+    assert part == whole[-len(part):]
+
+
+# -- Python API -----------------------------------------------------------------------------------
+
+class CountingModel(lmc.FilteringWordModel):
+    def score_word(self, context, candidates):
+        return [(c, -len(c)) for c in candidates]
+
+    def predict_word_iter(self, context):
+        return [("one", -1), ("two", -2), ("three", -3)]
+
+
+def test_python_api_games():
+    model = CountingModel(n_predictions=3)
+    assert model.predict("", None) == [("one", -1), ("two", -2), ("three", -3)]
+    assert model.predict("This is ", ["foo", "a", "brilliant"]) == [("foo", -3), ("a", -1), ("brilliant", -9)]
+    assert model.predict("t", None) == [("wo", -2), ("hree", -3)]
+    log = list(lmc.wc(model, ["one potato two potato three"]))
+    assert [d["target"] for d in log] == ["one", "potato", "two", "potato", "three"]
+    assert log[2]["completions"] == [["one", "two", "three"], ["wo", "hree"], ["o"]]
+    entropy = list(lmc.we(model, [{"user": "x", "text": "a bb"}]))
+    assert [(d["user"], d["logp"]) for d in entropy] == [("x", -1), ("x", -2)]
+    chars = list(lmc.ce(model, ["ab"]))
+    assert [d["target"] for d in chars] == ["a", "b"]
+
+
+def test_python_model_spec_with_options(tmp_path):
+    module = tmp_path / "mymodel.py"
+    module.write_text("class Fixed:\n    def __init__(self, score):\n        self.score = score\n"
+                      "    def predict(self, context, candidates):\n"
+                      "        return [(c, self.score) for c in candidates or ['x']]\n")
+    result = subprocess.run([*lmc_command(), "run", "-o", '{"score": -1.5}', "mymodel:Fixed", "we"],
+                            input=b"a b\n", capture_output=True, check=True, cwd=tmp_path,
+                            env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)})
+    assert [json.loads(line)["logp"] for line in result.stdout.splitlines()] == [-1.5, -1.5]
