@@ -244,7 +244,7 @@ def test_grep_of_grep_same_as_reference(tmp_path):
     ("kjv.o2.wc.jsonl", "$token=[0-3]"),
     ("kjv.o2.we.jsonl", "~^[a-z]+$"),
     ("kjv.o2.ce.jsonl", "$nospace"),
-    ("rails.we.jsonl", "$user=0.*"),
+    ("rails.we.jsonl", "$user=00.*"),
 ])
 def test_stats_after_grep_same_as_reference(tmp_path, log, pattern):
     stats = pytest.importorskip("lmchallenge.stats")
