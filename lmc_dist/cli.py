@@ -24,7 +24,7 @@ def run_options(function):
         click.option("--input", "input_path", required=True, metavar="CORPUS",
                      help="Corpus: a path or fsspec URL every worker can read (.gz ok)."),
         click.option("--run-dir", required=True, metavar="DIR",
-                     help="Output directory: part-NNNNN files, manifest.json, stats.json."),
+                     help="Output directory: part-NNNNN files, _manifest.json, _stats.json."),
         click.option("--format", "out_format", type=click.Choice(["parquet", "jsonl"]),
                      default="parquet", show_default=True, help="Partition file format."),
         click.option("-f", "--corpus-format", type=click.Choice(FORMATS), default="auto",

@@ -1,4 +1,4 @@
-"""The run directory's ``manifest.json``: what a run is and which partitions are finished.
+"""The run directory's ``_manifest.json``: what a run is and which partitions are finished.
 
 It is rewritten atomically after every finished partition, so an interrupted run leaves an
 accurate record and ``--resume`` runs only what is missing.
@@ -18,8 +18,8 @@ from lmchallenge.log import atomic_path
 
 from .partition import Partition, ScanResult
 
-MANIFEST = "manifest.json"
-STATS = "stats.json"
+MANIFEST = "_manifest.json"  # "_": pyarrow skips it when reading the run dir as a dataset
+STATS = "_stats.json"
 IDENTITY_KEYS = ("game", "game_options", "predictor", "corpus_sha256", "corpus_format",
                  "train", "partition_chars", "format")
 

@@ -152,7 +152,7 @@ def scan(path: str, fmt: str, partition_chars: int, train: bool,
     plain = path
     plain_copy = None
     if path.endswith(".gz") or path.endswith(".gzip"):
-        plain_copy = os.path.join(work_dir, "input.plain")
+        plain_copy = os.path.join(work_dir, "_input.plain")  # "_": not data to pyarrow
         plain = plain_copy
     cutter = _Cutter(partition_chars, train)
     for line in _lines(path, fmt, plain_copy):

@@ -3,8 +3,8 @@
 The client scans the corpus into partitions (:mod:`lmc_dist.partition`), submits one task
 per partition (workers read their byte range themselves and write
 ``part-NNNNN.parquet``/``.jsonl.gz`` atomically), records finished partitions in
-``manifest.json``, merges the partitions' statistics states in partition order into
-``stats.json`` (the wr mixture fit is evaluated where the score matrices are, see
+``_manifest.json``, merges the partitions' statistics states in partition order into
+``_stats.json`` (the wr mixture fit is evaluated where the score matrices are, see
 :mod:`lmc_dist.reduce`), and optionally concatenates the partitions into one log.
 """
 
@@ -145,7 +145,7 @@ def execute(job: DistJob) -> RunReport:
     os.makedirs(job.run_dir, exist_ok=True)
     old = mf.load(job.run_dir)
     if old is not None and not job.resume:
-        raise LmcError(f"{job.run_dir} already holds a run (manifest.json): use --resume to "
+        raise LmcError(f"{job.run_dir} already holds a run (_manifest.json): use --resume to "
                        "finish it, or a new --run-dir")
     scanned = scan(job.input, job.corpus_format, job.partition_chars, job.train, job.run_dir)
     manifest = _identity(job, scanned)
@@ -159,6 +159,7 @@ def execute(job: DistJob) -> RunReport:
         manifest["started"] = old.get("started", manifest["started"])
     mf.save(job.run_dir, manifest)
     _remove_stale_parts(job.run_dir, manifest)
+    _remove_temporaries(job.run_dir)
 
     tasks = [PartitionTask(run_dir=os.path.abspath(job.run_dir), input_path=os.path.abspath(scanned.path)
                            if "://" not in scanned.path else scanned.path,
@@ -179,9 +180,8 @@ def execute(job: DistJob) -> RunReport:
                 with open(tmp, "w", encoding="utf-8") as f:
                     json.dump(stats, f, sort_keys=True)
                     f.write("\n")
-        summaries = client.gather([client.submit(_summary, outcomes[i], pure=False)
-                                   for i in sorted(outcomes)]) if outcomes else []
-    tokens = sum(s["rows"] for s in summaries)
+    tokens = sum(p.get("rows") or 0 for p in manifest["partitions"] if p["state"] == "done")
+    _remove_temporaries(job.run_dir)
     if not failed:
         manifest["finished"] = mf.now()
         mf.save(job.run_dir, manifest)
@@ -200,6 +200,13 @@ def _remove_stale_parts(run_dir: str, manifest: dict[str, Any]) -> None:
     keep = {p["file"] for p in manifest["partitions"] if p["state"] == "done"}
     for name in os.listdir(run_dir):
         if name.startswith("part-") and name not in keep:
+            os.unlink(os.path.join(run_dir, name))
+
+
+def _remove_temporaries(run_dir: str) -> None:
+    """Delete temporary part files left by a worker that died while writing."""
+    for name in os.listdir(run_dir):
+        if name.startswith(".part-") and ".tmp-" in name:
             os.unlink(os.path.join(run_dir, name))
 
 

@@ -44,6 +44,12 @@ class ModelPool(WorkerPlugin):
         self._games: dict[str, Game] = {}
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict:
+        return {}  # sent to workers empty: models and locks are made there
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+
     def setup(self, worker=None) -> None:
         self._models = {}
         self._games = {}

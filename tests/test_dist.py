@@ -119,14 +119,14 @@ def test_embedded_cluster_matches_lmc_run(tmp_path, commits, partition_chars):
                        "--run-dir", str(run_dir), "--workers", "2",
                        "--partition-chars", str(partition_chars), "--output", str(tmp_path / "all.jsonl")])
     assert (tmp_path / "all.jsonl").read_bytes() == expected
-    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest = json.loads((run_dir / "_manifest.json").read_text())
     assert all(p["state"] == "done" for p in manifest["partitions"])
     parts = sorted(run_dir.glob("part-*.parquet"))
     assert len(parts) == len(manifest["partitions"])
     if partition_chars == 500:
         assert len(parts) > 20
-    # stats.json equals `lmc stats` on the concatenated log, and is what the command printed
-    stats = json.loads((run_dir / "stats.json").read_text())
+    # _stats.json equals `lmc stats` on the concatenated log, and is what the command printed
+    stats = json.loads((run_dir / "_stats.json").read_text())
     assert json.loads(result.stdout) == stats
     lmc_stats = json.loads(subprocess.run([str(BIN / "lmc"), "stats", str(tmp_path / "all.jsonl")],
                                           capture_output=True, check=True).stdout)
@@ -159,7 +159,7 @@ def test_plain_text_gz_is_split_between_messages(tmp_path, two_workers):
     run_dir = tmp_path / "run"
     lmc_dist(["run", toy_model_command(), "we", "--input", str(corpus), "--run-dir", str(run_dir),
               "--scheduler", two_workers.address, "--partition-chars", "5000"])
-    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest = json.loads((run_dir / "_manifest.json").read_text())
     assert len(manifest["partitions"]) > 3
     assert [p["first_message"] for p in manifest["partitions"]][:2] == [0, manifest["partitions"][0]["messages"]]
     assert concatenated(run_dir) == expected
@@ -177,7 +177,7 @@ def test_wr_stats_match_lmc_run(tmp_path, commits, two_workers):
     lmc_dist(["run", toy_model_command(), "wr", vocab, "--input", str(commits), "--run-dir",
               str(run_dir), "--scheduler", two_workers.address, "--partition-chars", "3000"])
     assert concatenated(run_dir) == expected
-    ours = json.loads((run_dir / "stats.json").read_text())
+    ours = json.loads((run_dir / "_stats.json").read_text())
     single = json.loads(subprocess.run([str(BIN / "lmc"), "stats", str(tmp_path / "all.jsonl")],
                                        capture_output=True, check=True).stdout)
     single.pop("log")
@@ -195,7 +195,7 @@ def test_worker_killed_mid_run(tmp_path, commits):
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            manifest = run_dir / "manifest.json"
+            manifest = run_dir / "_manifest.json"
             if manifest.exists() and sum(p["state"] == "done" for p in
                                          json.loads(manifest.read_text())["partitions"]) >= 2:
                 break
@@ -203,7 +203,7 @@ def test_worker_killed_mid_run(tmp_path, commits):
         os.kill(c.workers[0].pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err.decode()
-        manifest = json.loads((run_dir / "manifest.json").read_text())
+        manifest = json.loads((run_dir / "_manifest.json").read_text())
         assert len({p["worker"] for p in manifest["partitions"]}) == 2
     assert concatenated(run_dir) == expected
     assert not [p for p in run_dir.iterdir() if ".tmp" in p.name]
@@ -225,10 +225,10 @@ def test_model_crash_then_resume(tmp_path, two_workers):
     assert "partitions failed" in err and "--resume" in err
     assert "exited with code 3" in err and "toy model: crashing on 'Zara'" in err
     assert "while evaluating user None, message 2, token" in err
-    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest = json.loads((run_dir / "_manifest.json").read_text())
     states = [p["state"] for p in manifest["partitions"]]
     assert "failed" in states and "done" in states
-    assert not (run_dir / "stats.json").exists()
+    assert not (run_dir / "_stats.json").exists()
     flag.unlink()
     lmc_dist(args + ["--resume"])
     assert concatenated(run_dir) == lmc_run(["we"], corpus)
