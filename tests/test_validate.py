@@ -1,0 +1,53 @@
+"""`lmc validate`: the schema accepts every log the games write and names the line and field
+of a bad datum."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN
+from lmchallenge.exceptions import InputError
+from lmchallenge.validate import problem, validate
+
+LOGS = Path(__file__).resolve().parent / "data" / "pretty"
+GOOD = {"user": None, "message": 0, "token": 0, "character": 0, "target": "a"}
+
+
+@pytest.mark.parametrize("log", sorted(p.name for p in LOGS.glob("*.jsonl") if p.name != "rails8.jsonl"))
+def test_every_shipped_log_is_valid(log):
+    result = subprocess.run([str(BIN / "lmc"), "validate", str(LOGS / log)], capture_output=True)
+    assert result.returncode == 0, result.stderr.decode()
+
+
+@pytest.mark.parametrize("datum, field, words", [
+    ({**GOOD, "results": [["a", 0.5, None]], "verbatim": "a"}, "results[0][1]", "0.5 is greater than the maximum of 0"),
+    ({**GOOD, "results": [["a", -1.0, None]]}, "(datum)", "'verbatim' is a dependency of 'results'"),
+    ({**GOOD, "message": "x"}, "message", "'x' is not of type 'integer'"),
+    ({k: v for k, v in GOOD.items() if k != "target"}, "(datum)", "'target' is a required property"),
+    ({**GOOD, "completions": [["b", "b"]]}, "completions[0]", "has non-unique elements"),
+    ({**GOOD, "logp": "high"}, "logp", "'high' is not of type 'number', 'null'"),
+])
+def test_problem_names_the_field(datum, field, words):
+    assert problem(datum) == f"field {field}: {words}" or (field in problem(datum) and words in problem(datum))
+
+
+def test_validate_counts_and_names_the_line():
+    assert validate([GOOD, {**GOOD, "logp": -1.5}]) == 2
+    with pytest.raises(InputError) as error:
+        validate([GOOD, GOOD, {**GOOD, "user": 3}], name="x.jsonl")
+    assert str(error.value) == "x.jsonl:3: field user: 3 is not of type 'string', 'null'"
+
+
+def test_cli_bad_log_exits_2_with_file_line_and_field(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"user": null, "message": 0, "token": 0, "character": 0, "target": "a", "logp": -1}\n'
+                   '{"user": null, "message": 0, "token": 1, "character": 2, "target": "b", "logp": "x"}\n')
+    result = subprocess.run([str(BIN / "lmc"), "validate", str(bad)], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert f"{bad}:2: field logp: 'x' is not of type 'number', 'null'" in result.stderr
+    corpus = subprocess.run([str(BIN / "lmc"), "validate", "-"], input='{"text": "hello"}\n',
+                            capture_output=True, text=True)
+    assert corpus.returncode == 2 and "-:1: field (datum):" in corpus.stderr and "required" in corpus.stderr
