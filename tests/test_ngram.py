@@ -450,3 +450,15 @@ def test_reference_lmc_runs_the_shell_model(word_model_file, tmp_path):
         expected = answer[0][1] if answer else None
         assert datum["logp"] == pytest.approx(expected, abs=1e-6) if expected is not None \
             else datum["logp"] is None
+
+
+def test_train_creates_the_output_directory(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("in the beginning\nand the earth\n")
+    output = tmp_path / "new" / "dir" / "m.lm"
+    import subprocess, sys
+    from pathlib import Path
+    result = subprocess.run([str(Path(sys.executable).parent / "lmc-ngram"), "train", str(corpus),
+                             "-o", str(output)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert output.stat().st_size > 0

@@ -497,6 +497,7 @@ def save_tables(tables: NgramTables, path: str | os.PathLike) -> None:
     start = -(-(len(FILE_MAGIC) + 8 + len(header)) // _ALIGN) * _ALIGN
     path = Path(path)
     temporary = path.with_name(path.name + ".tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
     with open(temporary, "wb") as out:
         out.write(FILE_MAGIC + len(header).to_bytes(8, "little") + header)
         out.write(b"\0" * (start - out.tell()))
