@@ -1,0 +1,273 @@
+"""lmchallenge.parquet: the Parquet log layout of DESIGN.md, written and read back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+from lmchallenge import parquet as P  # noqa: E402
+from lmchallenge.exceptions import InputError, LmcError  # noqa: E402
+from lmchallenge.log import dumps_datum, load_jsonlines, read_log  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data" / "pretty"
+LOGS = sorted(p.name for p in DATA.glob("*.jsonl") if p.name != "rails8.jsonl")
+GAME_OF = {"wc": "wc", "we": "we", "ce": "we", "wr": "wr"}
+
+
+def game_of_name(name: str) -> str:
+    return GAME_OF[name.split(".")[-2]]
+
+
+def we_datum(i: int, **extra) -> dict:
+    return {"user": None if i % 3 else f"u{i // 10}", "message": i // 10, "token": i % 10,
+            "character": 5 * (i % 10), "target": f"w{i}", "logp": None if i % 4 == 0 else -i / 7,
+            **extra}
+
+
+def wr_datum(i: int) -> dict:
+    results = [[f"c{i}.{j}", -j / 3, None if (i + j) % 2 else -float(j)] for j in range(i % 5)]
+    return {"user": "u", "message": 0, "token": i, "character": i, "target": f"t{i}",
+            "verbatim": f"v{i}", "results": results}
+
+
+# --- round trips ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("log", LOGS)
+def test_real_logs_round_trip_exactly(tmp_path, log):
+    source = DATA / log
+    original = list(load_jsonlines(str(source)))
+    out = tmp_path / "log.parquet"
+    assert P.write_parquet(iter(original), str(out)) == len(original)
+    back = list(P.iter_parquet(str(out)))
+    assert back == original
+    # the same JSON lines, byte for byte: ints stay ints, floats keep every digit
+    lines = source.read_text(encoding="utf-8").splitlines()
+    assert [dumps_datum(d) for d in back] == lines
+    assert pq.ParquetFile(out).schema_arrow == P.schema_for(game_of_name(log))
+
+
+def test_select_key_survives_only_where_it_was(tmp_path):
+    data = [we_datum(0, select=True), we_datum(1), we_datum(2, select=False)]
+    out = tmp_path / "s.parquet"
+    P.write_parquet(data, str(out))
+    back = list(P.iter_parquet(str(out)))
+    assert [d.get("select", "absent") for d in back] == [True, "absent", False]
+    assert pq.read_table(out).column("select").to_pylist() == [True, None, False]
+
+
+def test_schema_columns_and_types():
+    assert P.schema_for("wc").names == ["user", "message", "token", "character", "target",
+                                         "select", "completions"]
+    assert P.schema_for("ce") == P.schema_for("we")
+    assert P.schema_for("we").field("logp").type == pa.float64()
+    wr = P.schema_for("wr")
+    assert wr.names[-2:] == ["verbatim", "results"]
+    assert wr.field("results").type == pa.list_(pa.struct([("candidate", pa.string()),
+                                                           ("error", pa.float64()),
+                                                           ("lm", pa.float64())]))
+    assert P.schema_for("wc").field("completions").type == pa.list_(pa.list_(pa.string()))
+    assert P.schema_for(None).names == ["user", "message", "token", "character", "target",
+                                         "select"]
+    with pytest.raises(LmcError, match="unknown game 'xx'"):
+        P.schema_for("xx")
+
+
+def test_pandas_reads_documented_dtypes(tmp_path):
+    pd = pytest.importorskip("pandas")
+    out = tmp_path / "we.parquet"
+    data = list(load_jsonlines(str(DATA / "mixed.we.jsonl")))
+    P.write_parquet(data, str(out))
+    frame = pd.read_parquet(out)
+    assert len(frame) == len(data)
+    for column in ("message", "token", "character"):
+        assert str(frame[column].dtype) == "int64"
+    assert str(frame["logp"].dtype) == "float64"
+    assert frame["logp"].isna().sum() == sum(d["logp"] is None for d in data)
+    users = [d["user"] for d in data]
+    assert [u is None for u in users] == list(frame["user"].isna())
+    assert [u for u in frame["user"] if not pd.isna(u)] == [u for u in users if u is not None]
+    assert frame["select"].isna().sum() == sum("select" not in d for d in data)
+    assert list(frame["target"]) == [d["target"] for d in data]
+
+
+def test_pandas_reads_a_run_directory_of_parts(tmp_path):
+    pd = pytest.importorskip("pandas")
+    data = list(load_jsonlines(str(DATA / "rails.we.jsonl")))
+    run = tmp_path / "run"
+    cut = len(data) // 3
+    P.write_parquet(data[:cut], str(run / "part-00000.parquet"))
+    P.write_parquet(data[cut:], str(run / "part-00001.parquet"))
+    frame = pd.read_parquet(run)
+    assert list(frame["target"]) == [d["target"] for d in data]
+    assert str(frame["message"].dtype) == "int64"
+    assert list(read_log(str(run))) == data
+
+
+# --- empty logs, row groups -------------------------------------------------------------
+
+@pytest.mark.parametrize("game", ["wc", "we", "ce", "wr"])
+def test_empty_log_with_known_game_has_full_schema(tmp_path, game):
+    out = tmp_path / "empty.parquet"
+    assert P.write_parquet([], str(out), game=game) == 0
+    assert pq.ParquetFile(out).schema_arrow == P.schema_for(game)
+    assert list(P.iter_parquet(str(out))) == []
+    assert P.read_table(str(out)).num_rows == 0
+
+
+def test_empty_log_without_game_has_common_columns(tmp_path):
+    out = tmp_path / "empty.parquet"
+    assert P.write_parquet(iter(()), str(out)) == 0
+    assert pq.ParquetFile(out).schema_arrow.names == P.schema_for(None).names
+
+
+def test_small_row_groups_and_batches_round_trip_wr(tmp_path):
+    data = [wr_datum(i) for i in range(95)]
+    out = tmp_path / "wr.parquet"
+    assert P.write_parquet(data, str(out), row_group_rows=10) == 95
+    assert pq.ParquetFile(out).num_row_groups == 10
+    # batches that do not line up with row groups slice the results lists
+    assert list(P.iter_parquet(str(out), batch_rows=7)) == data
+    assert list(P.iter_parquet(str(out))) == data
+
+
+def test_default_row_groups_are_bounded(tmp_path):
+    n = P.ROW_GROUP_ROWS + 1000
+    out = tmp_path / "big.parquet"
+    assert P.write_parquet((we_datum(i) for i in range(n)), str(out)) == n
+    meta = pq.ParquetFile(out).metadata
+    assert meta.num_row_groups == 2
+    assert max(meta.row_group(i).num_rows for i in range(2)) == P.ROW_GROUP_ROWS
+    back = P.iter_parquet(str(out))
+    for i, datum in enumerate(back):
+        assert datum == we_datum(i)
+    assert i == n - 1
+
+
+def test_row_group_rows_must_be_positive(tmp_path):
+    with pytest.raises(ValueError, match="positive"):
+        P.write_parquet([we_datum(0)], str(tmp_path / "x.parquet"), row_group_rows=0)
+
+
+# --- atomic writes and errors -----------------------------------------------------------
+
+def test_failure_midway_leaves_no_file_and_no_temporary(tmp_path):
+    def failing():
+        for i in range(25):
+            yield we_datum(i)
+        raise RuntimeError("model died")
+
+    out = tmp_path / "log.parquet"
+    with pytest.raises(RuntimeError, match="model died"):
+        P.write_parquet(failing(), str(out), row_group_rows=10)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failure_keeps_an_existing_file(tmp_path):
+    out = tmp_path / "log.parquet"
+    P.write_parquet([we_datum(1)], str(out))
+    before = out.read_bytes()
+    with pytest.raises(InputError):
+        P.write_parquet([we_datum(2), {"target": "x"}], str(out))
+    assert out.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["log.parquet"]
+
+
+def test_mixed_game_keys_are_an_error_naming_the_datum(tmp_path):
+    wc = {"user": None, "message": 0, "token": 2, "character": 4, "target": "x",
+          "completions": [["x"]]}
+    out = tmp_path / "mixed.parquet"
+    with pytest.raises(InputError) as info:
+        P.write_parquet([we_datum(0), we_datum(1), wc], str(out))
+    message = str(info.value)
+    assert str(out) in message
+    assert "datum 3" in message
+    assert "missing ['logp']" in message and "unexpected ['completions']" in message
+    assert not out.exists()
+
+
+def test_given_game_must_match_the_data(tmp_path):
+    with pytest.raises(InputError, match=r"datum 1 .*missing \['completions'\].*unexpected \['logp'\]"):
+        P.write_parquet([we_datum(0)], str(tmp_path / "x.parquet"), game="wc")
+
+
+def test_extra_key_is_not_silently_dropped(tmp_path):
+    with pytest.raises(InputError, match=r"unexpected \['timestamp'\]"):
+        P.write_parquet([we_datum(0), we_datum(1, timestamp=3)], str(tmp_path / "x.parquet"))
+
+
+def test_bad_values_name_the_column(tmp_path):
+    with pytest.raises(InputError, match=r"datums 1-2, column 'message'"):
+        P.write_parquet([we_datum(0), {**we_datum(1), "message": "one"}], str(tmp_path / "a.parquet"))
+    with pytest.raises(InputError, match=r"column 'target'.*cannot be null"):
+        P.write_parquet([{**we_datum(0), "target": None}], str(tmp_path / "b.parquet"))
+    bad_wr = {**wr_datum(3), "results": [["a", -1.0]]}
+    with pytest.raises(InputError, match=r"column 'results'"):
+        P.write_parquet([bad_wr], str(tmp_path / "c.parquet"))
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- reading errors and read_table ------------------------------------------------------
+
+def test_reading_missing_or_non_parquet_files(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        list(P.iter_parquet(str(tmp_path / "nope.parquet")))
+    junk = tmp_path / "junk.parquet"
+    junk.write_text(json.dumps({"target": "x"}) + "\n")
+    with pytest.raises(InputError, match="junk.parquet: not a readable Parquet file"):
+        list(P.iter_parquet(str(junk)))
+    other = tmp_path / "other.parquet"
+    pq.write_table(pa.table({"a": [1]}), other)
+    with pytest.raises(InputError, match="not an LM Challenge log"):
+        list(P.iter_parquet(str(other)))
+
+
+def test_read_table_file_columns_and_run_directory(tmp_path):
+    data = [wr_datum(i) for i in range(30)]
+    single = tmp_path / "all.parquet"
+    P.write_parquet(data, str(single))
+    run = tmp_path / "run"
+    # written out of order: read in part order
+    P.write_parquet(data[20:], str(run / "part-00002.parquet"))
+    P.write_parquet(data[:8], str(run / "part-00000.parquet"))
+    P.write_parquet(data[8:20], str(run / "part-00001.parquet"), game="wr")
+    whole = P.read_table(str(single))
+    assert whole.schema == P.schema_for("wr")
+    assert P.read_table(str(run)).equals(whole)
+    slim = P.read_table(str(run), columns=["token", "verbatim"])
+    assert slim.column_names == ["token", "verbatim"]
+    assert slim.column("token").to_pylist() == list(range(30))
+    with pytest.raises(InputError, match=r"no column\(s\) \['logp'\]"):
+        P.read_table(str(single), columns=["logp"])
+
+
+def test_read_table_errors(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        P.read_table(str(tmp_path / "nope.parquet"))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(InputError, match="no part-NNNNN"):
+        P.read_table(str(empty))
+    jsonl_run = tmp_path / "jsonl"
+    jsonl_run.mkdir()
+    (jsonl_run / "part-00000.jsonl").write_text(dumps_datum(we_datum(0)) + "\n")
+    with pytest.raises(InputError, match="not a Parquet log"):
+        P.read_table(str(jsonl_run))
+    mixed = tmp_path / "mixed"
+    P.write_parquet([we_datum(0)], str(mixed / "part-00000.parquet"))
+    P.write_parquet([wr_datum(1)], str(mixed / "part-00001.parquet"))
+    with pytest.raises(InputError, match="part-00001.parquet: columns"):
+        P.read_table(str(mixed))
+
+
+def test_sliced_batches_decode_results_from_their_own_offsets(tmp_path):
+    # pyarrow may hand back batches that are views into a larger buffer (non-zero offsets)
+    out = tmp_path / "wr.parquet"
+    data = [wr_datum(i) for i in range(20)]
+    P.write_parquet(data, str(out))
+    batch = pq.read_table(out).combine_chunks().to_batches()[0]
+    assert list(P._batch_datums(batch.slice(6, 9))) == data[6:15]
