@@ -7,7 +7,7 @@ On disk it is one of:
 * ``.jsonl`` / any other name: UTF-8 jsonlines, one JSON object per line,
   written with sorted keys as LM Challenge 5.x writes them;
 * ``.jsonl.gz`` / ``.gz``: the same, gzipped;
-* ``.parquet``: the Parquet layout of DESIGN.md (``PARQUET_COLUMNS``);
+* ``.parquet``: the Parquet layout of DESIGN.md (:func:`lmchallenge.parquet.schema_for`);
 * a run directory of ``lmc-dist`` (``part-NNNNN.parquet`` / ``part-NNNNN.jsonl.gz``),
   read as the concatenation of its partitions in order;
 * ``-``: standard input / standard output (jsonlines).
