@@ -294,7 +294,8 @@ class StatsState:
         """
         if fit is None:
             fit = reranking.fit(self.scores)
-        prediction = {"srr": self.srr.value(), "hit": self.predicted}
+        # an empty sum is the integer 0, as LM Challenge 5.x prints it
+        prediction = {"srr": self.srr.value() if self.predicted else 0, "hit": self.predicted}
         prediction.update({f"hit{n}": self.hits[n] for n in NEXT_WORD_RANKS})
         if fit.model is None:
             # LM Challenge 5.x names the base count "already_correct" when there is no wr data
@@ -307,7 +308,7 @@ class StatsState:
             tokens=self.tokens, characters=self.characters, fingerprint=self.fingerprint,
             prediction=prediction,
             completion=dict(characters=self.completion_characters, tokens=self.completion_tokens),
-            entropy=dict(sum=self.entropy_sum.value(), tokens=self.entropy_tokens,
+            entropy=dict(sum=self.entropy_sum.value() if self.entropy_tokens else 0, tokens=self.entropy_tokens,
                          fingerprint=self.entropy_fingerprint),
             reranking=rerank,
         )

@@ -345,8 +345,6 @@ def test_json_same_as_reference(human, reference_lmc, generated_logs):
 
 
 @pytest.mark.reference
-@pytest.mark.xfail(strict=True, reason="stats.py bug: --no-human prints empty float sums "
-                   "(prediction.srr, entropy.sum) as 0.0 where lmchallenge 5.2 prints 0")
 def test_empty_sums_print_as_int_zero(reference_lmc):
     log = str(PRETTY / "kjv.o2.wr.jsonl")
     ours, = json_rows(run_lmc("stats", "--no-human", log).stdout)
