@@ -90,6 +90,48 @@ def _batches(path: str, batch_rows: int) -> Iterator[pa.RecordBatch]:
             raise InputError(name, None, f"cannot read the Parquet log: {e}") from None
 
 
+# --- null handling (pc.fill_null would build a pa.scalar, which imports pandas) --------------
+
+_DTYPES = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32,
+           pa.int64(): np.int64, pa.uint32(): np.uint32, pa.uint64(): np.uint64,
+           pa.float32(): np.float32, pa.float64(): np.float64}
+
+
+def _arrow(values: np.ndarray) -> pa.Array:
+    """An int64 numpy array as an Arrow array (pa.array would import pandas)."""
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
+def _filled(array: pa.Array, value) -> np.ndarray:
+    """``array`` as numpy, nulls replaced by ``value``."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    # Array.to_numpy imports pandas (a second of start-up): read the data buffer instead
+    dtype = _DTYPES[array.type]
+    data = np.frombuffer(array.buffers()[1], dtype=dtype)[array.offset:array.offset + len(array)]
+    if not array.null_count:
+        return data
+    return np.where(_bools(array.is_valid()), data, value)
+
+
+def _bools(array: pa.Array) -> np.ndarray:
+    """A boolean array without nulls as numpy bools (unpacking its bitmap)."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    n, offset = len(array), array.offset
+    bits = np.frombuffer(array.buffers()[1], dtype=np.uint8)
+    return np.unpackbits(bits, bitorder="little")[offset:offset + n].astype(bool)
+
+
+def _equal(left: pa.Array, right: pa.Array) -> np.ndarray:
+    """Element-wise equality as a numpy bool array (null compares unequal)."""
+    equal = pc.equal(left, right)
+    if equal.null_count:
+        equal = pc.and_kleene(equal, equal.is_valid())
+    return _bools(equal)
+
+
 # --- hashing ----------------------------------------------------------------------------
 
 def _string_hashes(array: pa.Array, cache: dict[str, int]) -> np.ndarray:
@@ -105,18 +147,14 @@ def _string_hashes(array: pa.Array, cache: dict[str, int]) -> np.ndarray:
             h = cache[value] = stats.string_hash(value)
         hashes[i] = h
     hashes[-1] = _NULL_HASH
-    indices = encoded.indices.fill_null(len(uniques)).to_numpy(zero_copy_only=False)
-    return hashes[indices.astype(np.int64)]
+    return hashes[_filled(encoded.indices, len(uniques)).astype(np.int64)]
 
 
 def _int_hashes(array: pa.Array) -> np.ndarray:
-    values = array.to_numpy(zero_copy_only=False)
+    values = _filled(array, 0).astype(np.int64).astype(np.uint64) * _INT_FACTOR
     if array.null_count:
-        nulls = array.is_null().to_numpy(zero_copy_only=False)
-        hashes = values.astype(np.int64, copy=True).astype(np.uint64) * _INT_FACTOR
-        hashes[nulls] = _NULL_HASH
-        return hashes
-    return values.astype(np.int64).astype(np.uint64) * _INT_FACTOR
+        values[_bools(array.is_null())] = _NULL_HASH
+    return values
 
 
 def _row_hashes(batch: pa.RecordBatch, cache: dict[str, int]) -> np.ndarray:
@@ -138,7 +176,7 @@ def _sum32(hashes: np.ndarray) -> int:
 def _codes(array: pa.Array) -> np.ndarray:
     """Integer codes equal where values are equal (null a code of its own)."""
     encoded = pc.dictionary_encode(array)
-    return encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    return _filled(encoded.indices, -1).astype(np.int64)
 
 
 def _runs(batch: pa.RecordBatch) -> tuple[stats.RunCount, stats.RunCount]:
@@ -148,7 +186,7 @@ def _runs(batch: pa.RecordBatch) -> tuple[stats.RunCount, stats.RunCount]:
         return users, messages
     user, message = batch.column("user"), batch.column("message")
     user_codes = _codes(user)
-    message_values = message.to_numpy(zero_copy_only=False)
+    message_values = _filled(message, 0)
     user_change = user_codes[1:] != user_codes[:-1]
     message_change = user_change | (message_values[1:] != message_values[:-1])
     first_user, last_user = user[0].as_py(), user[n - 1].as_py()
@@ -166,7 +204,8 @@ def _batch_state(batch: pa.RecordBatch, cache: dict[str, int]) -> stats.StatsSta
     state = stats.StatsState()
     names = batch.schema.names
     if "select" in names:
-        selected = pc.fill_null(batch.column("select"), True)
+        select = batch.column("select")
+        selected = pc.or_kleene(pc.is_null(select), select)
         total = batch.num_rows
         batch = batch.filter(selected)
         state.skipped = total - batch.num_rows
@@ -185,8 +224,8 @@ def _batch_state(batch: pa.RecordBatch, cache: dict[str, int]) -> stats.StatsSta
         _completions(state, batch.column("completions"), target)
     if "logp" in names:
         logp = batch.column("logp")
-        scored = logp.is_valid().to_numpy(zero_copy_only=False)
-        values = logp.to_numpy(zero_copy_only=False)[scored].astype(np.float64)
+        scored = _bools(logp.is_valid())
+        values = _filled(logp, 0.0)[scored].astype(np.float64)
         state.entropy_sum.add_array(-values)
         state.entropy_tokens = int(scored.sum())
         state.entropy_fingerprint = _sum32(hashes[scored])
@@ -205,10 +244,9 @@ def _starts(lengths: np.ndarray) -> np.ndarray:
 def _list_layout(array: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     """``(values, parent, position)``: the flattened values of a list array, the row of each
     and its 0-based position within that row's list (null lists count as empty)."""
-    lengths = pc.fill_null(pc.list_value_length(array), 0).to_numpy(zero_copy_only=False)
-    lengths = lengths.astype(np.int64)
+    lengths = _filled(pc.list_value_length(array), 0).astype(np.int64)
     values = pc.list_flatten(array)
-    parent = pc.list_parent_indices(array).to_numpy(zero_copy_only=False).astype(np.int64)
+    parent = _filled(pc.list_parent_indices(array), 0).astype(np.int64)
     position = np.arange(len(parent), dtype=np.int64) - _starts(lengths)[parent]
     return values, parent, position
 
@@ -222,20 +260,37 @@ def _first_per_row(rows: np.ndarray) -> np.ndarray:
     return np.flatnonzero(first)
 
 
+def _ragged(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gather indices of the ranges ``[starts[i], starts[i] + lengths[i])``, concatenated:
+    ``(index, owner, position)`` (``owner`` the i of each index, ``position`` its offset)."""
+    total = int(lengths.sum())
+    owner = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    position = np.arange(total, dtype=np.int64) - np.repeat(_starts(lengths), lengths)
+    return starts[owner] + position, owner, position
+
+
 def _completions(state: stats.StatsState, completions: pa.Array, target: pa.Array) -> None:
-    inner, inner_row, prefix = _list_layout(completions)
-    strings, string_inner, rank0 = _list_layout(inner)
-    string_row = inner_row[string_inner]
-    string_prefix = prefix[string_inner]
+    outer_len = _filled(pc.list_value_length(completions), 0).astype(np.int64)
+    outer_start = _starts(outer_len)
+    inner = pc.list_flatten(completions)                    # one list per typed prefix
+    n_inner = len(inner)
+    if n_inner == 0:
+        return
+    inner_row = np.repeat(np.arange(len(outer_len), dtype=np.int64), outer_len)
+    prefix = np.arange(n_inner, dtype=np.int64) - outer_start[inner_row]
+    inner_len = _filled(pc.list_value_length(inner), 0).astype(np.int64)
+    inner_start = _starts(inner_len)
+    strings = pc.list_flatten(inner)
 
     # next-word prediction: rank of the target in completions[0], first match
-    chosen = np.flatnonzero(string_prefix == 0)
-    if len(chosen):
-        rows = string_row[chosen]
-        equal = pc.equal(strings.take(pa.array(chosen)), target.take(pa.array(rows)))
-        match = equal.fill_null(False).to_numpy(zero_copy_only=False)
-        matched = chosen[match]
-        firsts = matched[_first_per_row(string_row[matched])]
+    rows = np.flatnonzero(outer_len > 0)
+    first_inner = outer_start[rows]
+    index, owner, rank0 = _ragged(inner_start[first_inner], inner_len[first_inner])
+    if len(index):
+        row_of = rows[owner]
+        equal = _equal(strings.take(_arrow(index)), target.take(_arrow(row_of)))
+        match = np.flatnonzero(equal)
+        firsts = match[_first_per_row(row_of[match])]
         ranks = rank0[firsts] + 1
         if len(ranks):
             state.srr.add_array(1.0 / ranks.astype(np.float64))
@@ -244,27 +299,31 @@ def _completions(state: stats.StatsState, completions: pa.Array, target: pa.Arra
                 state.hits[n] = int((ranks <= n).sum())
 
     # completion: the first prefix length j with target[j:] among the first 2 of completions[j]
-    chosen = np.flatnonzero(rank0 < stats.COMPLETION_MAX_RANK)
-    if len(chosen) == 0:
-        return
-    starts = string_prefix[chosen]
-    match = np.zeros(len(chosen), dtype=bool)
-    order = np.argsort(starts, kind="stable")
-    sorted_starts = starts[order]
-    bounds = np.flatnonzero(np.diff(sorted_starts)) + 1
-    for group in np.split(order, bounds):
-        start = int(starts[group[0]])
-        entries = chosen[group]
-        rest = pc.utf8_slice_codeunits(target.take(pa.array(string_row[entries])), start=start)
-        equal = pc.equal(strings.take(pa.array(entries)), rest)
-        match[group] = equal.fill_null(False).to_numpy(zero_copy_only=False)
-    matched = chosen[match]   # in (row, prefix, rank) order
-    firsts = matched[_first_per_row(string_row[matched])]
+    completed = np.zeros(n_inner, dtype=bool)   # per typed prefix: a completion matched
+    for j in np.unique(prefix):
+        lists = np.flatnonzero(prefix == j)
+        lists = lists[inner_len[lists] > 0]
+        if len(lists) == 0:
+            continue
+        rest = pc.utf8_slice_codeunits(target.take(_arrow(inner_row[lists])), start=int(j))
+        for k in range(stats.COMPLETION_MAX_RANK):
+            if k:
+                lists_k = np.flatnonzero(inner_len[lists] > k)
+                if len(lists_k) == 0:
+                    break
+                rest_k = rest.take(_arrow(lists_k))
+                lists_k = lists[lists_k]
+            else:
+                lists_k, rest_k = lists, rest
+            equal = _equal(strings.take(_arrow(inner_start[lists_k] + k)), rest_k)
+            completed[lists_k] |= equal
+    matched = np.flatnonzero(completed)                # in (row, prefix) order
+    firsts = matched[_first_per_row(inner_row[matched])]
     if len(firsts) == 0:
         return
-    rows = string_row[firsts]
-    lengths = pc.utf8_length(target.take(pa.array(rows))).to_numpy(zero_copy_only=False)
-    state.completion_characters = int((lengths.astype(np.int64) - string_prefix[firsts]).sum())
+    rows = inner_row[firsts]
+    lengths = _filled(pc.utf8_length(target.take(_arrow(rows))), 0)
+    state.completion_characters = int((lengths.astype(np.int64) - prefix[firsts]).sum())
     state.completion_tokens = len(firsts)
 
 
@@ -275,13 +334,13 @@ def _results(state: stats.StatsState, results: pa.Array, target: pa.Array) -> No
     width = int(lengths.max()) if n else 0
     if len(row):
         candidate = pc.struct_field(structs, "candidate")
-        is_target = pc.equal(candidate, target.take(pa.array(row)))
-        is_target = is_target.fill_null(False).to_numpy(zero_copy_only=False)
+        is_target = _equal(candidate, target.take(_arrow(row)))
+        is_target = is_target
         order = np.argsort(row * 2 + (~is_target), kind="stable")
         sorted_row = row[order]
         column = np.arange(len(order), dtype=np.int64) - _starts(lengths)[sorted_row]
-        error_values = pc.struct_field(structs, "error").fill_null(-np.inf).to_numpy(zero_copy_only=False)
-        lm_values = pc.struct_field(structs, "lm").fill_null(-np.inf).to_numpy(zero_copy_only=False)
+        error_values = _filled(pc.struct_field(structs, "error"), -np.inf)
+        lm_values = _filled(pc.struct_field(structs, "lm"), -np.inf)
     error = np.full((n, width), -np.inf, dtype=np.float32)
     lm = np.full((n, width), -np.inf, dtype=np.float32)
     if len(row):
