@@ -12,8 +12,9 @@ distinct strings of a batch (their MD5 column hashes).
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
-from pathlib import Path
+from queue import Empty, Full, Queue
 
 import numpy as np
 import pyarrow as pa
@@ -56,7 +57,7 @@ def state_of_parquet(path: str, batch_rows: int = _BATCH_ROWS) -> stats.StatsSta
     """
     state = stats.StatsState()
     cache: dict[str, int] = {}
-    for batch in _batches(path, batch_rows):
+    for batch in _prefetched(_batches(path, batch_rows)):
         state.merge(_batch_state(batch, cache))
         if len(cache) > 1_000_000:
             cache.clear()
@@ -76,6 +77,49 @@ def _files(path: str) -> list[str]:
     if not is_parquet_name(path):
         raise InputError(path, None, "not a Parquet log (.parquet): convert it with `lmc convert`")
     return [path]
+
+
+def _prefetched(batches: Iterator[pa.RecordBatch], ahead: int = 2) -> Iterator[pa.RecordBatch]:
+    """``batches``, decoded by a background thread up to ``ahead`` batches in advance (Parquet
+    decoding and Arrow kernels release the GIL, so reading overlaps the reduction); memory
+    stays bounded by ``ahead + 1`` batches."""
+    done = object()
+    queue: Queue = Queue(maxsize=ahead)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for batch in batches:
+                while not stop.is_set():
+                    try:
+                        queue.put(batch, timeout=0.1)
+                        break
+                    except Full:
+                        pass
+                if stop.is_set():
+                    return
+            queue.put(done)
+        except BaseException as e:   # handed to the consumer, raised there
+            queue.put(e)
+
+    thread = threading.Thread(target=produce, name="parquet-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = queue.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():
+            try:
+                queue.get(timeout=0.1)
+            except Empty:
+                pass
+        thread.join()
 
 
 def _batches(path: str, batch_rows: int) -> Iterator[pa.RecordBatch]:
@@ -300,8 +344,11 @@ def _completions(state: stats.StatsState, completions: pa.Array, target: pa.Arra
 
     # completion: the first prefix length j with target[j:] among the first 2 of completions[j]
     completed = np.zeros(n_inner, dtype=bool)   # per typed prefix: a completion matched
-    for j in np.unique(prefix):
-        lists = np.flatnonzero(prefix == j)
+    by_length = np.argsort(-outer_len, kind="stable")    # rows with more typed prefixes first
+    counts = np.bincount(outer_len, minlength=1)
+    having = len(outer_len) - np.cumsum(counts)            # having[j]: rows with > j prefixes
+    for j in range(int(outer_len.max(initial=0))):
+        lists = outer_start[by_length[:having[j]]] + j
         lists = lists[inner_len[lists] > 0]
         if len(lists) == 0:
             continue

@@ -126,3 +126,19 @@ def test_stats_cli_reads_parquet(tmp_path: Path) -> None:
     dst = tmp_path / "log.parquet"
     convert.convert(str(src), str(dst))
     assert stats.state_of_log(str(dst)).result() == stats.state_of(read_log(str(src))).result()
+
+
+def test_unreadable_parquet_is_input_error(tmp_path: Path) -> None:
+    from lmchallenge.exceptions import InputError
+
+    bad = tmp_path / "bad.parquet"
+    bad.write_text("not parquet\n")
+    with pytest.raises(InputError):
+        columnar.state_of_parquet(str(bad))
+    run = tmp_path / "run"
+    run.mkdir()
+    src = DATA / "pretty" / "kjv.o1.we.jsonl"
+    convert.convert(str(src), str(run / "part-00000.parquet"))
+    (run / "part-00001.parquet").write_text("truncated")
+    with pytest.raises(InputError):
+        columnar.state_of_parquet(str(run))
