@@ -239,11 +239,10 @@ def fit(source: ScoreSource) -> RerankingFit:
     Returns:
         The fit; with no tokens, zero counts and no model.
     """
-    import scipy.optimize
-
     width = source.max_candidates()
     if width == 0:
         return RerankingFit(0, 0, 0, None)
+    import scipy.optimize  # only when there is something to fit: it takes long to import
     guess = [0.5, 0.5 * median_of_finite_lm(source)]
 
     def objective(x: np.ndarray) -> float:
