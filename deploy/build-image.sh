@@ -17,14 +17,16 @@
 # default base python:3.11-slim and installs dependencies from PyPI.
 #
 # Environment: LMC_IMAGE (default lmc-dist:local), LMC_BASE_IMAGE (default lmc-base:bookworm),
-# PYTHON (default python3, needs pip), DEBIAN_SUITE (default bookworm),
+# PYTHON (default .venv/bin/python if present, else python3; needs pip), DEBIAN_SUITE (default bookworm),
 # DEBIAN_MIRROR (default http://deb.debian.org/debian). Needs root for debootstrap (step 1 only).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 image=${LMC_IMAGE:-lmc-dist:local}
 base=${LMC_BASE_IMAGE:-lmc-base:bookworm}
-python=${PYTHON:-python3}
+if [ -n "${PYTHON:-}" ]; then python=$PYTHON
+elif [ -x "$repo/.venv/bin/python" ]; then python=$repo/.venv/bin/python
+else python=python3; fi
 suite=${DEBIAN_SUITE:-bookworm}
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 wheels=$repo/deploy/build/wheels
