@@ -13,7 +13,6 @@ Python API (as LM Challenge 5.x)::
   :mod:`lmchallenge.diff`.
 """
 
-from . import stats, validate  # noqa: F401  (submodules of the public API)
 from .games import ce, wc, we, wr
 from .log import dump_jsonlines, load_jsonlines
 from .model import FilteringWordModel, Model, ShellModel, WordModel
@@ -27,8 +26,8 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # grep, pretty and diff import more (HTML templates, the reranking fit): load on use
-    if name in ("grep", "pretty", "diff", "convert"):
+    # these import much more (NumPy, jsonschema, HTML templates): load on first use
+    if name in ("stats", "validate", "grep", "pretty", "diff", "convert"):
         import importlib
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(name)

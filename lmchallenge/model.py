@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import importlib
+import itertools
 import logging
 import os
 import select
@@ -337,72 +338,93 @@ class ShellModel(Model):
         At most ``window`` predicts are unanswered at any time; requests are drawn from the
         iterable lazily, as the window allows.
         """
+        for answers in self.stream_batches(requests):
+            yield from answers
+
+    def stream_batches(self, requests: Iterable[Request]) -> Iterator[list[Result]]:
+        """As :meth:`stream`, but the answers come as lists: those read from the model in
+        one go (never empty; fewer generator steps per answer)."""
         requests = iter(requests)
         in_fd, out_fd = self._in_fd, self._out_fd
-        sent: collections.deque[str] = collections.deque()   # unanswered predict lines
+        sent: list[str] = []   # predict lines sent; the first `answered` have their answer
+        answered = 0
         outbox = bytearray()
         inbox = b""
         exhausted = False
         window = self.window
+
+        def unanswered() -> str | None:
+            return sent[answered].rstrip("\n") if answered < len(sent) else None
+
         while True:
-            if not exhausted and len(sent) < window and len(outbox) < 65536:
-                batch: list[str] = []
-                for request in requests:
-                    line = encode_request(request)
-                    batch.append(line)
-                    if type(request) is Predict:
-                        sent.append(line)
-                        if len(sent) >= window:
-                            break
-                    if len(batch) >= 512:
-                        break
-                else:
-                    exhausted = True
-                if batch:
-                    outbox += "".join(batch).encode("utf-8")
-            if not sent and not outbox:
+            room = min(window - (len(sent) - answered), 512)
+            if not exhausted and room > 0 and len(outbox) < 65536:
+                # at most `room` requests, so at most `room` more predicts in flight
+                batch = list(itertools.islice(requests, room))
+                exhausted = len(batch) < room
+                lines = [encode_request(request) for request in batch]
+                sent += [line for request, line in zip(batch, lines) if type(request) is Predict]
+                outbox += "".join(lines).encode("utf-8")
+            if answered == len(sent) and not outbox:
                 if exhausted:
                     return
                 continue
-            readable, writable, _ = select.select([out_fd] if sent else [],
+            readable, writable, _ = select.select([out_fd] if answered < len(sent) else [],
                                                   [in_fd] if outbox else [], [], self.timeout)
             if not readable and not writable:
                 self._timed_out = True
                 self._kill()
-                raise self._failure("timeout", sent[0].rstrip("\n") if sent else None)
+                raise self._failure("timeout", unanswered())
             if writable:
                 try:
                     written = os.write(in_fd, outbox[:1 << 16])
                 except BrokenPipeError:
-                    raise self._failure("closed its output",
-                                        sent[0].rstrip("\n") if sent else None) from None
+                    raise self._failure("closed its output", unanswered()) from None
                 del outbox[:written]
             if readable:
                 chunk = os.read(out_fd, 1 << 16)
                 if not chunk:
-                    raise self._failure("closed its output", sent[0].rstrip("\n"))
-                complete = chunk.rfind(b"\n") + 1
-                data, inbox = inbox + chunk[:complete], chunk[complete:]
-                if len(inbox) > (64 << 20):
-                    raise self._failure("answer line longer than 64 MiB", sent[0].rstrip("\n"))
-                if not data:
+                    raise self._failure("closed its output", unanswered())
+                inbox += chunk
+                complete = inbox.rfind(b"\n", len(inbox) - len(chunk)) + 1
+                if not complete:
+                    if len(inbox) > (64 << 20):
+                        raise self._failure("answer line longer than 64 MiB", unanswered())
                     continue
+                data, inbox = inbox[:complete - 1], inbox[complete:]
                 try:
                     lines = data.decode("utf-8").split("\n")
                 except UnicodeDecodeError as e:
-                    raise self._failure(f"answer is not UTF-8: {e}", sent[0].rstrip("\n")) from None
-                lines.pop()
-                if len(lines) > len(sent):
-                    raise self._failure("answered more lines than it was asked",
-                                        sent[0].rstrip("\n") if sent else None)
-                for line in lines:
-                    query = sent.popleft()
-                    try:
-                        answer = parse_answer(line)
-                    except ValueError as e:
-                        raise self._failure(f"malformed answer {line[:200]!r}: {e}",
-                                            query.rstrip("\n")) from None
-                    yield answer
+                    raise self._failure(f"answer is not UTF-8: {e}", unanswered()) from None
+                if len(lines) > len(sent) - answered:
+                    raise self._failure("answered more lines than it was asked", unanswered())
+                answers, error = self._parse_answers(lines, sent, answered)
+                if answers:
+                    yield answers  # those before a malformed line still belong to their tokens
+                if error is not None:
+                    raise error
+                answered += len(lines)
+                if answered > 4096:  # forget answered queries now and then
+                    del sent[:answered]
+                    answered = 0
+
+    def _parse_answers(self, lines: list[str], sent: list[str],
+                       answered: int) -> tuple[list[Result], ModelError | None]:
+        """Parse answer ``lines``, the answers to ``sent[answered:]``: all of them and
+        ``None``, or those before the first malformed line and the error naming it and its
+        query."""
+        try:
+            return list(map(parse_answer, lines)), None
+        except ValueError:
+            pass
+        answers = []
+        for line in lines:
+            try:
+                answers.append(parse_answer(line))
+            except ValueError as e:
+                query = sent[answered + len(answers)].rstrip("\n")
+                return answers, self._failure(f"malformed answer {line[:200]!r}: {e}", query)
+        raise AssertionError("unreachable: a line failed to parse once only")
 
     def close(self) -> None:
         """Close the model's stdin and wait for it to exit (killed after ``timeout``)."""
@@ -436,15 +458,27 @@ def session(model: Any, requests: Iterable[Request], batch_size: int = 64) -> It
     with up to ``batch_size`` consecutive predicts), or any object with ``predict``,
     ``train`` and ``clear`` (duck typing, as LM Challenge 5.x).
     """
+    for answers in session_batches(model, requests, batch_size):
+        yield from answers
+
+
+def session_batches(model: Any, requests: Iterable[Request],
+                    batch_size: int = 64) -> Iterator[list[Result]]:
+    """As :func:`session`, but the answers come in consecutive non-empty lists (as the
+    model produced them: a pipe read, a ``predict_batch`` call, one ``predict``)."""
+    if hasattr(model, "stream_batches"):
+        yield from model.stream_batches(requests)
+        return
     if hasattr(model, "stream"):
-        yield from model.stream(requests)
+        for answer in model.stream(requests):
+            yield [answer]
         return
     if hasattr(model, "predict_batch"):
         yield from _batched(model, requests, batch_size)
         return
     for request in requests:
         if isinstance(request, Predict):
-            yield list(model.predict(request.context, request.candidates))
+            yield [list(model.predict(request.context, request.candidates))]
         elif isinstance(request, Train):
             _call_optional(model, "train", request.text)
         else:
@@ -457,14 +491,14 @@ def _call_optional(model: Any, name: str, *args: Any) -> None:
         method(*args)
 
 
-def _batched(model: Any, requests: Iterable[Request], batch_size: int) -> Iterator[Result]:
+def _batched(model: Any, requests: Iterable[Request], batch_size: int) -> Iterator[list[Result]]:
     pending: list[Predict] = []
 
-    def flush() -> Iterator[Result]:
-        answers = model.predict_batch([(p.context, p.candidates) for p in pending])
-        pending.clear()
-        for answer in answers:
-            yield list(answer)
+    def flush() -> Iterator[list[Result]]:
+        if pending:
+            answers = model.predict_batch([(p.context, p.candidates) for p in pending])
+            pending.clear()
+            yield [list(answer) for answer in answers]
 
     for request in requests:
         if isinstance(request, Predict):
@@ -552,7 +586,7 @@ def close_model(model: Any) -> None:
 
 __all__ = [
     "Model", "WordModel", "FilteringWordModel", "ShellModel", "Predict", "Train", "Clear",
-    "Request", "Result", "PredictorSpec", "session", "shell_command", "parse_answer",
+    "Request", "Result", "PredictorSpec", "session", "session_batches", "shell_command", "parse_answer",
     "split_context", "close_model",
 ]
 

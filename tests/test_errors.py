@@ -1,4 +1,4 @@
-"""The wr game's candidate search (lmchallenge.errors.CandidateSearch): exact answers on
+"""The wr game's candidate search (lmchallenge.search.CandidateSearch): exact answers on
 hand-made vocabularies, a plain-Python definition on the real word list, and the
 reference's search (lmchallenge==5.2, in its own venv) on the same queries."""
 
@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from conftest import DATA
-from lmchallenge.errors import CandidateSearch, ErrorModel, read_vocabulary
+from lmchallenge.errors import ErrorModel, read_vocabulary
+from lmchallenge.search import CandidateSearch
 
 VOCAB = DATA / "vocab" / "american-english.txt"
 

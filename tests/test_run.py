@@ -11,7 +11,7 @@ import pytest
 
 import lmchallenge as lmc
 from lmchallenge.model import ShellModel, parse_answer, shell_command
-from conftest import DATA, lmc_command, toy_model_command
+from conftest import DATA, PYTHON, lmc_command, toy_model_command
 
 
 def run_lmc(*args: str, stdin: bytes | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -172,6 +172,26 @@ def test_shell_model_stream_pipelines_in_order():
         assert answers[57:] == answers[:3]
     finally:
         model.close()
+
+
+LONG_ANSWER_MODEL = (
+    "import sys\n"
+    "for n, line in enumerate(sys.stdin):\n"
+    "    print('\\t'.join(f'w{n}x{i}\\t-{i}' for i in range(30000)), flush=True)\n")
+
+
+def test_answer_lines_longer_than_several_pipe_reads_arrive_whole():
+    """About 400 kB a line, so each answer takes several reads of the pipe."""
+    import shlex
+    model = ShellModel(f"{PYTHON} -c {shlex.quote(LONG_ANSWER_MODEL)}", window=2)
+    try:
+        from lmchallenge.model import Predict
+        answers = list(model.stream([Predict("a", None)] * 3))
+    finally:
+        model.close()
+    assert [len(a) for a in answers] == [30000] * 3
+    for n, answer in enumerate(answers):
+        assert answer[0] == (f"w{n}x0", -0.0) and answer[-1] == (f"w{n}x29999", -29999.0)
 
 
 def test_protocol_helpers():

@@ -19,7 +19,8 @@ import emoji
 import pytest
 
 from conftest import DATA
-from lmchallenge.tokenize import Token, character_tokenizer, find_tokens, word_tokenizer, words
+from lmchallenge.tokenize import (Token, ascii_word_pattern, character_tokenizer, find_tokens,
+                                  full_word_pattern, word_tokenizer, words)
 
 # --- unit tests: exact tokens (each expectation is also checked against the reference) ---
 
@@ -79,6 +80,17 @@ def test_word_tokens(text, expected):
     assert [m.group() for m in word_tokenizer().finditer(text)] == expected
 
 
+def test_ascii_fast_path_is_the_full_tokenizer():
+    """Every ASCII character alone, between letters, doubled and after each other one."""
+    chars = [chr(c) for c in range(128)]
+    texts = ["".join(chars), *chars, *(f"a{c}b" for c in chars), *(c + c for c in chars),
+             *(a + b for a in chars for b in chars), "don't e-mail @bob #42: x_y (ok)..."]
+    for text in texts:
+        assert word_tokenizer().pattern_for(text) is ascii_word_pattern()
+        assert words(text) == full_word_pattern().findall(text), repr(text)
+    assert word_tokenizer().pattern_for("caf\u00e9") is full_word_pattern()
+
+
 def test_find_tokens_indexes_code_points():
     """``character`` counts code points (an astral emoji is one), ``token`` counts tokens."""
     text = "\U0001f600 don't\u200dstop, \U0001f44d\U0001f3fd"
@@ -128,8 +140,8 @@ def reference(python: Path, strings: list[str], mode: str = "spans") -> list:
 
 
 def ours(strings: list[str]) -> list[list]:
-    tokenizer = word_tokenizer()
-    return [[[m.start(), m.group()] for m in tokenizer.finditer(s)] for s in strings]
+    """Our [start, token] spans, as the games see them (ASCII strings take the fast path)."""
+    return [[[t.character, t.target] for t in find_tokens(s, word_tokenizer())] for s in strings]
 
 
 def _digest(spans: list) -> str:

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from ..corpus import Message
 from ..exceptions import ModelError
-from ..model import Clear, Predict, Request, Result, Train, session
+from ..model import Clear, Predict, Request, Result, Train, session_batches
 from ..tokenize import Token
 
 
@@ -95,18 +95,19 @@ def run_game(game: Game, model: Any, messages: Iterable[Message], train: bool = 
                         yield Train(message.text)
             number = 0
 
-    answers: list[Result] = []
+    answers: list[Result] = []   # answered, not yet given to a token
     try:
-        for answer in session(model, requests()):
-            answers.append(answer)
-            user, number, token, expected, state = pending[0]
-            if len(answers) == expected:
-                pending.popleft()
+        for batch in session_batches(model, requests()):
+            answers += batch
+            used = 0
+            while pending and len(answers) - used >= pending[0][3]:
+                user, number, token, expected, state = pending.popleft()
                 datum = {"user": user, "message": number, "token": token.token,
                          "character": token.character, "target": token.target}
-                datum.update(game.payload(token, answers, state))
-                answers = []
+                datum.update(game.payload(token, answers[used:used + expected], state))
+                used += expected
                 yield datum
+            del answers[:used]
     except ModelError as e:
         if pending:
             user, number, token, _, _ = pending[0]

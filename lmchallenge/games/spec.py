@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import CandidateSearch, ErrorModel, read_vocabulary
+from ..errors import ErrorModel, read_vocabulary
 from .entropy import Entropy
 from .runner import Game
 from .wc import WordCompletion
@@ -38,6 +38,7 @@ class GameSpec:
             return WordCompletion(next_word_only=bool(o.get("next_word_only", False)))
         if self.name in ("we", "ce"):
             return Entropy(characters=self.name == "ce")
+        from ..search import CandidateSearch  # imports NumPy: only for wr
         error_model = ErrorModel(p_anykey=float(o.get("p_anykey", ErrorModel.p_anykey)),
                                  error_chars=str(o.get("error_chars", ErrorModel.error_chars)))
         return WordReranking(CandidateSearch(read_vocabulary(o["vocab"])),

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..errors import CandidateSearch, ErrorModel, message_rng
+from ..errors import ErrorModel, message_rng
 from ..model import Predict, Result
 from ..tokenize import Token, find_tokens, word_tokenizer
+
+if TYPE_CHECKING:  # the search imports NumPy; the other games need not
+    from ..search import CandidateSearch
 
 
 def choose_candidates(found: list[str], target: str, typed: str, n: int) -> list[str]:
