@@ -44,7 +44,7 @@ LOG = logging.getLogger(__name__)
 
 # Requests ------------------------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Predict:
     """A ``predict`` request: ``context`` (untokenized text) and optional candidates."""
 
@@ -52,7 +52,7 @@ class Predict:
     candidates: Sequence[str] | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Train:
     """A ``train`` request: the text of one message."""
 
