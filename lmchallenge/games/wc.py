@@ -8,6 +8,7 @@ characters, best first (``../shared/seeds/001_a51f61792860ca8b.txt``, "wc logs")
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -18,9 +19,11 @@ from ..tokenize import Token, find_tokens, word_tokenizer
 
 def ranked(answer: Result) -> list[str]:
     """The continuations of an answer, highest score first (ties keep the model's order)."""
-    scores = [score for _, score in answer]
-    if scores != sorted(scores, reverse=True):
-        answer = sorted(answer, key=lambda pair: -pair[1])
+    previous = math.inf
+    for _, score in answer:
+        if not score <= previous:  # out of order or NaN (rare): sort, stably
+            return [text for text, _ in sorted(answer, key=lambda pair: -pair[1])]
+        previous = score
     return [text for text, _ in answer]
 
 
