@@ -73,9 +73,13 @@ if [ "$(cat "$wheels/.stamp" 2>/dev/null)" = "$stamp" ]; then
 else
   rm -f "$wheels/.stamp"
   # The image's extra packages (deploy/image-requirements.txt) and the project's build backend
-  # (setuptools, wheel) are wheeled too, so that `pip install /src` in the container works offline.
+  # (pyproject.toml's build-system.requires) are wheeled too, so that `pip install /src` in the
+  # container works offline.
+  mapfile -t build_requires < <("$python" -c 'import sys, tomllib
+print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["build-system"]["requires"]))' "$repo/pyproject.toml")
+  [ ${#build_requires[@]} -gt 0 ] || die "cannot read build-system.requires from pyproject.toml"
   "$python" -m pip wheel --quiet --disable-pip-version-check --wheel-dir "$wheels" --find-links "$wheels" \
-    "$repo" -r "$repo/deploy/image-requirements.txt" "setuptools>=68" wheel
+    "$repo" -r "$repo/deploy/image-requirements.txt" "${build_requires[@]}"
   rm -f "$wheels"/lmchallenge_dist-*.whl   # the container builds the project from the repository
   echo "$stamp" > "$wheels/.stamp"
 fi

@@ -102,9 +102,10 @@ class Cluster:
                 raise AssertionError(f"{service}: {states} after {timeout} s, wanted {count} healthy")
             time.sleep(2)
 
-    def teardown(self) -> None:
-        logs = self.compose("logs", "--no-color", "--tail", "40", check=False, timeout=120)
-        log("cluster logs (tail):\n" + logs.stdout[-6000:])
+    def teardown(self, show_logs: bool) -> None:
+        if show_logs:
+            logs = self.compose("logs", "--no-color", "--tail", "40", check=False, timeout=120)
+            log("cluster logs (tail):\n" + logs.stdout[-6000:])
         self.compose("--profile", "client", "down", "--remove-orphans", "-t", "5", check=False,
                      timeout=300)
         left = subprocess.run(["docker", "ps", "-aq", "--filter",
@@ -135,7 +136,7 @@ def image(tool) -> str:
 
 
 @pytest.fixture(scope="module")
-def cluster(tool, image, tmp_path_factory):
+def cluster(tool, image, tmp_path_factory, request):
     runs = tmp_path_factory.mktemp("docker") / "runs"
     runs.mkdir()
     env = dict(os.environ, LMC_IMAGE=image, LMC_RUNS_DIR=str(runs))
@@ -146,7 +147,9 @@ def cluster(tool, image, tmp_path_factory):
         env.update(LMC_UID=str(os.getuid()), LMC_GID=str(os.getgid()))
     port = free_port()
     env["LMC_DASHBOARD_PORT"] = str(port)
-    cluster = Cluster(tool, f"lmctest{os.getpid()}", env, runs, port)
+    # deploy/ci-docker.sh names the project (and removes what is left of it when it exits)
+    project = os.environ.get("LMC_COMPOSE_PROJECT") or f"lmctest{os.getpid()}"
+    cluster = Cluster(tool, project, env, runs, port)
     try:
         start = time.monotonic()
         cluster.compose("up", "-d", "--scale", "worker=2", timeout=300)
@@ -155,7 +158,8 @@ def cluster(tool, image, tmp_path_factory):
         log(f"scheduler and 2 workers healthy after {time.monotonic() - start:.0f} s")
         yield cluster
     finally:
-        cluster.teardown()
+        # the containers' logs when something failed
+        cluster.teardown(show_logs=request.session.testsfailed > 0 or sys.exc_info()[0] is not None)
 
 
 @pytest.fixture(scope="module")
