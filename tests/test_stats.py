@@ -205,6 +205,15 @@ def test_reranking_on_an_obvious_log():
     assert set(rerank["args"]) == {"alpha", "beta"}
 
 
+def test_merged_piece_with_only_empty_results():
+    # a piece whose every results list is empty has no candidate columns at all
+    empty = dict(WR_LOG[0], token=9, results=[])
+    expected = lmc_stats.stats(WR_LOG + [empty], human=False)
+    merged = state_of(WR_LOG).merge(state_of([empty])).result(human=False)
+    assert merged == expected
+    assert merged["reranking"]["correct"] == 2 and merged["tokens"] == 4
+
+
 def test_no_wr_data_gives_already_correct_key():
     raw = lmc_stats.stats(WE_LOG, human=False)
     assert raw["reranking"] == dict(max_candidates=0, already_correct=0, correct=0, args=None)
