@@ -452,7 +452,7 @@ OUTPUTS: dict[str, Callable[[list[dict[str, Any]]], str]] = {"json": to_json, "c
 def cli(log: tuple[str, ...], verbose: int, lines: int | None, output: str, human: bool) -> None:
     """Summary statistics of one or more logs (.jsonl, .jsonl.gz, .parquet, an lmc-dist run
     directory, or - / nothing for stdin), one row per log."""
-    from .run import set_verbosity
+    from .verbosity import set_verbosity
 
     set_verbosity(verbose)
     rows = [dict(log=path, **state_of_log(path, lines).result(human=human)) for path in log or ("-",)]

@@ -12,6 +12,7 @@ import math
 import random
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -419,3 +420,25 @@ def test_cli_empty_log(tmp_path):
     assert row["users"] == 0 and row["skipped"] == 0.0
     raw, = json_rows(run_lmc("stats", "--no-human", str(empty)).stdout)
     assert raw["users"] == 0 and raw["tokens"] == 0
+
+
+@pytest.mark.parametrize("log", ["kjv.o2.wc.jsonl", "kjv.o2.wc.parquet"])
+def test_stats_imports_only_what_it_needs(log, tmp_path):
+    """`lmc stats` start-up: no games, models, JSON schema or pandas (each costs start-up
+    time on every call)."""
+    path = PRETTY / log
+    if log.endswith(".parquet"):
+        from lmchallenge import convert
+        path = tmp_path / log
+        convert.convert(str(PRETTY / "kjv.o2.wc.jsonl"), str(path))
+    code = ("import sys, io, contextlib\n"
+            "from lmchallenge.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    main(['stats', {str(path)!r}])\n"
+            "print(' '.join(sorted(sys.modules)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    modules = set(out.stdout.split())
+    assert "lmchallenge.stats" in modules
+    for heavy in ("lmchallenge.games", "lmchallenge.model", "lmchallenge.run", "jsonschema",
+                  "pandas", "scipy", "lmchallenge.pretty"):
+        assert heavy not in modules, heavy
