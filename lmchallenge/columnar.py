@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator
+from typing import TypeVar
 from queue import Empty, Full, Queue
 
 import numpy as np
@@ -32,6 +33,7 @@ from .exceptions import InputError
 from .log import is_parquet_name, run_dir_parts
 
 _BATCH_ROWS = parquet.ROW_GROUP_ROWS
+T = TypeVar("T")
 _COMBINE = np.uint64(stats._COMBINE)
 _INT_FACTOR = np.uint64(stats._INT_FACTOR)
 _NULL_HASH = np.uint64(stats._NULL_HASH)
@@ -64,8 +66,8 @@ def state_of_parquet(path: str, batch_rows: int = _BATCH_ROWS) -> stats.StatsSta
     """
     state = stats.StatsState()
     cache: dict[str, int] = {}
-    for batch in _prefetched(_batches(path, batch_rows)):
-        state.merge(_batch_state(batch, cache))
+    for batch in prefetched(_batches(path, batch_rows)):
+        state.merge(batch_state(batch, cache))
         if len(cache) > 1_000_000:
             cache.clear()
     return state
@@ -86,10 +88,11 @@ def _files(path: str) -> list[str]:
     return [path]
 
 
-def _prefetched(batches: Iterator[pa.RecordBatch], ahead: int = 2) -> Iterator[pa.RecordBatch]:
-    """``batches``, decoded by a background thread up to ``ahead`` batches in advance (Parquet
-    decoding and Arrow kernels release the GIL, so reading overlaps the reduction); memory
-    stays bounded by ``ahead + 1`` batches."""
+def prefetched(batches: Iterator[T], ahead: int = 2) -> Iterator[T]:
+    """``batches``, produced by a background thread up to ``ahead`` items in advance (Parquet
+    and JSON decoding and Arrow kernels release the GIL, so reading overlaps the reduction);
+    memory stays bounded by ``ahead + 1`` items.  An exception of the producer is raised
+    in the consumer."""
     done = object()
     queue: Queue = Queue(maxsize=ahead)
     stop = threading.Event()
@@ -303,7 +306,18 @@ def _runs(batch: pa.RecordBatch) -> tuple[stats.RunCount, stats.RunCount]:
 
 # --- one batch ------------------------------------------------------------------------------
 
-def _batch_state(batch: pa.RecordBatch, cache: dict[str, int]) -> stats.StatsState:
+def batch_state(batch: pa.RecordBatch, cache: dict[str, int]) -> stats.StatsState:
+    """The state of one record batch of log columns.
+
+    Args:
+        batch: ``user`` and ``target`` (strings, plain or dictionary-encoded), ``message``
+            and ``token`` (integers), optionally ``select`` (bool, null = selected) and the
+            payload columns ``completions`` (list<list<string>>), ``logp`` (float64, null =
+            not scored), ``results`` (list<struct<candidate, error, lm>>).
+        cache: MD5 column hashes of strings already seen (updated).
+    Raises:
+        InputError: a selected row has a null target.
+    """
     state = stats.StatsState()
     names = batch.schema.names
     if "select" in names and batch.column("select").false_count:
