@@ -235,12 +235,17 @@ class _Codes:
         else:    # a view of the index buffer
             self._indices = np.frombuffer(indices.buffers()[1], dtype=_DTYPES[indices.type])[
                 indices.offset:indices.offset + len(indices)]
+        # no nulls and no duplicates in the dictionary (the usual case): codes are indices
+        self._direct = not indices.null_count and bool(
+            np.array_equal(first[:-1], np.arange(len(self.values))))
 
     def __len__(self) -> int:
         return len(self._indices)
 
     def at(self, positions: np.ndarray) -> np.ndarray:
-        """The int64 codes at ``positions`` (an integer array)."""
+        """The integer codes at ``positions`` (an integer array)."""
+        if self._direct:
+            return self._indices[positions]
         return self._first[self._indices[positions]]
 
     def all(self) -> np.ndarray:
@@ -436,7 +441,7 @@ def _completions(state: stats.StatsState, completions: pa.Array, target: _Target
     rests = target.rests_in(codes.values, int(outer_len.max()))
     rows = np.flatnonzero(first & (rests >= 0).any(axis=1)[target.codes])
     _completion(state, codes, rows, outer_start, outer_len, inner_start, inner_len,
-                rests[target.codes], target.lengths)
+                rests, target)
 
 
 def _next_word(state: stats.StatsState, codes: _Codes, start: np.ndarray, length: np.ndarray,
@@ -462,21 +467,23 @@ def _next_word(state: stats.StatsState, codes: _Codes, start: np.ndarray, length
 
 def _completion(state: stats.StatsState, codes: _Codes, rows: np.ndarray, outer_start: np.ndarray,
                 outer_len: np.ndarray, inner_start: np.ndarray, inner_len: np.ndarray,
-                rests: np.ndarray, lengths: np.ndarray) -> None:
+                rests: np.ndarray, target: _Targets) -> None:
     """Per row of ``rows``, the first typed prefix ``j`` whose completion list has the rest
-    of the target (code ``rests[row, j]``) among its first
+    of the target (code ``rests[target.codes[row], j]``) among its first
     :data:`~lmchallenge.stats.COMPLETION_MAX_RANK`; counts the characters it saves."""
     characters = tokens = 0
     active, prefix = rows, 0
     while len(active):
-        lists = outer_start[active] + prefix
-        rest = rests[active, prefix]
+        rest = rests[target.codes[active], prefix]
+        present = np.flatnonzero(rest >= 0)      # rest absent from every list: no match
+        rest = rest[present]
+        lists = outer_start[active[present]] + prefix
         hit = np.zeros(len(active), dtype=bool)
         for k in range(stats.COMPLETION_MAX_RANK):
             has = np.flatnonzero(inner_len[lists] > k)
-            hit[has] |= codes.at(inner_start[lists[has]] + k) == rest[has]
+            hit[present[has]] |= codes.at(inner_start[lists[has]] + k) == rest[has]
         done = active[hit]
-        characters += int(lengths[done].sum()) - prefix * len(done)
+        characters += int(target.lengths[done].sum()) - prefix * len(done)
         tokens += len(done)
         prefix += 1
         active = active[~hit]
