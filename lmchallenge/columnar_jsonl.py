@@ -117,13 +117,17 @@ def _blocks(stream: IO[bytes], block_bytes: int) -> Iterator[tuple[int, bytes]]:
 def _fits_schema(data: bytes) -> bool:
     """Whether the first datum of a block has only :data:`SCHEMA` keys (its game is read
     column-wise); errors are left to the datum-by-datum reading."""
-    for line in data.split(b"\n", 8):
+    start = 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        line = data[start:] if end < 0 else data[start:end]
         if line.strip():
             try:
                 datum = json.loads(line)
             except ValueError:
                 return False
             return isinstance(datum, dict) and set(datum) <= set(SCHEMA.names)
+        start = len(data) if end < 0 else end + 1
     return True
 
 

@@ -255,3 +255,24 @@ def test_a_line_longer_than_a_block(tmp_path: Path) -> None:
     long_target = "x" * 5000
     log = variant(tmp_path, set_key(3, "completions", [[long_target, "y"]] * 3))
     assert isinstance(assert_same(log, 1000), dict)
+
+
+def test_blank_lines_are_read_column_wise(tmp_path: Path, column_wise_only: None) -> None:
+    lines = read_lines(WC)
+    log = write(tmp_path / "blank.jsonl", ["\n", " \t\n"] + lines[:50] + ["\n"] + lines[50:] + ["\n"])
+    got = columnar_jsonl.state_of_jsonl(str(log)).result(human=False)
+    assert got == stats.state_of([json.loads(line) for line in lines]).result(human=False)
+
+
+def test_wr_log_is_read_datum_by_datum(monkeypatch: pytest.MonkeyPatch) -> None:
+    src = DATA / "pretty" / "kjv.o2.wr.jsonl"
+    want = datum_by_datum(src).result(human=False)
+    calls = []
+    original = stats.state_of_lines
+
+    def counted(*args, **kwargs):
+        calls.append(args[2])
+        return original(*args, **kwargs)
+    monkeypatch.setattr(stats, "state_of_lines", counted)
+    assert columnar_jsonl.state_of_jsonl(str(src), 4096).result(human=False) == want
+    assert calls[0] == 1 and len(calls) > 1      # every block, numbered from line 1
