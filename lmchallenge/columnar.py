@@ -451,42 +451,48 @@ def _completions(state: stats.StatsState, completions: pa.Array, target: _Target
     wanted = target.codes_in(codes.values)[target.codes]
     rows = np.flatnonzero(first & (wanted >= 0))
     lists = outer_start[rows]
-    _next_word(state, codes, inner_start[lists], inner_len[lists], wanted[rows])
+    ranks = _next_word(codes, inner_start[lists], inner_len[lists], wanted[rows])
+    found = ranks > 0
+    if found.any():
+        state.srr.add_array(1.0 / ranks[found].astype(np.float64))
+        state.predicted = int(found.sum())
+        for n in stats.NEXT_WORD_RANKS:
+            state.hits[n] = int((found & (ranks <= n)).sum())
+    # prefix 0: the rest of the target is the target, so its rank there decides
+    at_start = rows[found & (ranks <= stats.COMPLETION_MAX_RANK)]
     rests = target.rests_in(codes.values, int(outer_len.max()))
-    rows = np.flatnonzero(first & (rests >= 0).any(axis=1)[target.codes])
-    _completion(state, codes, rows, outer_start, outer_len, inner_start, inner_len,
-                rests, target)
+    decided = np.zeros(len(outer_len), dtype=bool)
+    decided[at_start] = True
+    rows = np.flatnonzero((outer_len > 1) & ~decided & (rests[:, 1:] >= 0).any(axis=1)[target.codes])
+    characters, tokens = _completion(codes, rows, outer_start, outer_len, inner_start, inner_len,
+                                     rests, target)
+    state.completion_characters = int(target.lengths[at_start].sum()) + characters
+    state.completion_tokens = len(at_start) + tokens
 
 
-def _next_word(state: stats.StatsState, codes: _Codes, start: np.ndarray, length: np.ndarray,
-               wanted: np.ndarray) -> None:
-    """Ranks of the targets (codes ``wanted``) in their rows' first completion lists (the
-    strings ``start[i]`` to ``start[i] + length[i]`` of ``codes``), first match."""
-    ranks = []
+def _next_word(codes: _Codes, start: np.ndarray, length: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Per list (the strings ``start[i]`` to ``start[i] + length[i]`` of ``codes``), the
+    1-based rank of the first string equal to ``wanted[i]``, 0 where none is."""
+    ranks = np.zeros(len(start), dtype=np.int64)
     active = np.flatnonzero(length > 0)
     rank = 0
     while len(active):
         hit = codes.at(start[active] + rank) == wanted[active]
         rank += 1
-        ranks.append(np.full(int(hit.sum()), rank, dtype=np.int64))
+        ranks[active[hit]] = rank
         active = active[~hit]
         active = active[length[active] > rank]
-    ranks = np.concatenate(ranks) if ranks else np.zeros(0, dtype=np.int64)
-    if len(ranks):
-        state.srr.add_array(1.0 / ranks.astype(np.float64))
-        state.predicted = len(ranks)
-        for n in stats.NEXT_WORD_RANKS:
-            state.hits[n] = int((ranks <= n).sum())
+    return ranks
 
 
-def _completion(state: stats.StatsState, codes: _Codes, rows: np.ndarray, outer_start: np.ndarray,
-                outer_len: np.ndarray, inner_start: np.ndarray, inner_len: np.ndarray,
-                rests: np.ndarray, target: _Targets) -> None:
-    """Per row of ``rows``, the first typed prefix ``j`` whose completion list has the rest
-    of the target (code ``rests[target.codes[row], j]``) among its first
-    :data:`~lmchallenge.stats.COMPLETION_MAX_RANK`; counts the characters it saves."""
+def _completion(codes: _Codes, rows: np.ndarray, outer_start: np.ndarray, outer_len: np.ndarray,
+                inner_start: np.ndarray, inner_len: np.ndarray, rests: np.ndarray,
+                target: _Targets, prefix: int = 1) -> tuple[int, int]:
+    """Per row of ``rows``, the first typed prefix ``j >= prefix`` whose completion list has
+    the rest of the target (code ``rests[target.codes[row], j]``) among its first
+    :data:`~lmchallenge.stats.COMPLETION_MAX_RANK`: ``(characters saved, rows completed)``."""
     characters = tokens = 0
-    active, prefix = rows, 0
+    active = rows
     while len(active):
         rest = rests[target.codes[active], prefix]
         present = np.flatnonzero(rest >= 0)      # rest absent from every list: no match
@@ -502,7 +508,7 @@ def _completion(state: stats.StatsState, codes: _Codes, rows: np.ndarray, outer_
         prefix += 1
         active = active[~hit]
         active = active[outer_len[active] > prefix]
-    state.completion_characters, state.completion_tokens = characters, tokens
+    return characters, tokens
 
 
 def _results(state: stats.StatsState, results: pa.Array, target: pa.Array) -> None:
