@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Iterator
 from typing import TypeVar
 from queue import Empty, Full, Queue
@@ -66,24 +64,12 @@ def state_of_parquet(path: str, batch_rows: int = _BATCH_ROWS) -> stats.StatsSta
         InputError: the path is not a readable Parquet log (or a directory holds
             non-Parquet parts).
     """
-    return reduce_batches(prefetched(_batches(path, batch_rows)))
-
-
-def reduce_batches(batches: Iterator[pa.RecordBatch], threads: int = 2) -> stats.StatsState:
-    """The merged :func:`batch_state` of ``batches``, in order, computed by ``threads``
-    threads (numpy and Arrow release the GIL) with at most ``threads`` batches in flight."""
     state = stats.StatsState()
-    cache: dict[str, int] = {}     # shared: a race only computes a hash twice
-    pending: deque[Future] = deque()
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="lmc-stats") as pool:
-        for batch in batches:
-            if len(pending) >= threads:
-                state.merge(pending.popleft().result())
-            if len(cache) > 1_000_000:
-                cache = {}
-            pending.append(pool.submit(batch_state, batch, cache))
-        while pending:
-            state.merge(pending.popleft().result())
+    cache: dict[str, int] = {}
+    for batch in prefetched(_batches(path, batch_rows)):
+        state.merge(batch_state(batch, cache))
+        if len(cache) > 1_000_000:
+            cache.clear()
     return state
 
 
