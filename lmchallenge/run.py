@@ -23,7 +23,7 @@ from .games.spec import GameSpec
 from .log import write_jsonlines, write_log
 from .model import PredictorSpec, close_model
 from .progress import TokenProgress
-from .verbosity import set_verbosity  # noqa: F401  (re-exported for lmc_dist)
+from .verbosity import set_verbosity
 
 LOG = logging.getLogger(__name__)
 
