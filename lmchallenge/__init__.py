@@ -11,12 +11,23 @@ Python API (as LM Challenge 5.x)::
 * logs: :func:`load_jsonlines`, :func:`dump_jsonlines`, :mod:`lmchallenge.stats`,
   :mod:`lmchallenge.validate`, :mod:`lmchallenge.grep`, :mod:`lmchallenge.pretty`,
   :mod:`lmchallenge.diff`.
+
+Every name is imported on first use (PEP 562), so ``lmc stats`` does not pay for the
+games, models and JSON schema validation it does not need.
 """
 
-from .games import ce, wc, we, wr
-from .log import dump_jsonlines, load_jsonlines
-from .model import FilteringWordModel, Model, ShellModel, WordModel
-from .tokenize import CHARACTER_TOKENIZER, WORD_TOKENIZER
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_ATTRIBUTES = {
+    "wc": "games", "we": "games", "ce": "games", "wr": "games",
+    "Model": "model", "WordModel": "model", "FilteringWordModel": "model", "ShellModel": "model",
+    "load_jsonlines": "log", "dump_jsonlines": "log",
+    "WORD_TOKENIZER": "tokenize", "CHARACTER_TOKENIZER": "tokenize",
+}
+_SUBMODULES = ("stats", "validate", "grep", "pretty", "diff", "convert")
 
 __all__ = [
     "wc", "we", "ce", "wr", "Model", "WordModel", "FilteringWordModel", "ShellModel",
@@ -25,9 +36,15 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    # these import much more (NumPy, jsonschema, HTML templates): load on first use
-    if name in ("stats", "validate", "grep", "pretty", "diff", "convert"):
-        import importlib
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
         return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(name)
+    if name in _ATTRIBUTES:
+        value = getattr(importlib.import_module(f"{__name__}.{_ATTRIBUTES[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

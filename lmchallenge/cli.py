@@ -2,27 +2,34 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
 
-from . import convert, diff, grep, pretty, run, stats, validate
 from .exceptions import LmcError
 
+COMMANDS = ("run", "stats", "validate", "grep", "pretty", "diff", "convert")
+"""Each ``lmc NAME`` is the ``cli`` command of the module ``lmchallenge.NAME``."""
 
-@click.group()
+
+class LazyGroup(click.Group):
+    """A group whose subcommands (``lmchallenge.NAME.cli``) are imported only when used,
+    so ``lmc stats`` does not import the games, models or HTML renderers."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        return importlib.import_module(f"{__package__}.{cmd_name}").cli
+
+
+@click.group(cls=LazyGroup)
 @click.version_option(package_name="lmchallenge-dist")
 def cli() -> None:
     """LM Challenge: evaluate predictive language models fairly, and analyse the logs."""
-
-
-cli.add_command(run.cli, "run")
-cli.add_command(stats.cli, "stats")
-cli.add_command(validate.cli, "validate")
-cli.add_command(grep.cli, "grep")
-cli.add_command(pretty.cli, "pretty")
-cli.add_command(diff.cli, "diff")
-cli.add_command(convert.cli, "convert")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,11 +2,17 @@
 ``part-NNNNN.parquet`` files).
 
 :func:`state_of_parquet` gives exactly the :class:`lmchallenge.stats.StatsState` of the
-datum-by-datum loop (``StatsState.update``), but computes each batch (a Parquet row group
-of one part) with Arrow compute kernels and numpy, then merges the batch states in log
-order, so memory stays bounded by one batch (plus the ``wr`` score matrices, which the
-datum-by-datum state holds too).  The only Python loops are over batches and over the
-distinct strings of a batch (their MD5 column hashes).
+datum-by-datum loop (``StatsState.update``), but computes each batch (at most one Parquet
+row group of one part) with Arrow compute kernels and numpy, then merges the batch states
+in log order, so memory stays bounded by one batch (plus the ``wr`` score matrices, which
+the datum-by-datum state holds too).
+
+Strings are compared as integer dictionary codes: ``user``, ``target`` and the
+``completions`` strings are read from Parquet as dictionary arrays (each distinct string
+decoded once per row group), and the targets (and their suffixes, for completion) are
+looked up once per distinct target in the completions' dictionary.  The only Python loops
+are over batches, over the distinct strings of a batch (their MD5 column hashes), and over
+ranks / typed prefixes, each step one numpy operation on all the rows still undecided.
 """
 
 from __future__ import annotations
@@ -14,17 +20,20 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator
+from typing import TypeVar
 from queue import Empty, Full, Queue
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from . import parquet, stats
 from .exceptions import InputError
 from .log import is_parquet_name, run_dir_parts
 
 _BATCH_ROWS = parquet.ROW_GROUP_ROWS
+T = TypeVar("T")
 _COMBINE = np.uint64(stats._COMBINE)
 _INT_FACTOR = np.uint64(stats._INT_FACTOR)
 _NULL_HASH = np.uint64(stats._NULL_HASH)
@@ -57,8 +66,8 @@ def state_of_parquet(path: str, batch_rows: int = _BATCH_ROWS) -> stats.StatsSta
     """
     state = stats.StatsState()
     cache: dict[str, int] = {}
-    for batch in _prefetched(_batches(path, batch_rows)):
-        state.merge(_batch_state(batch, cache))
+    for batch in prefetched(_batches(path, batch_rows)):
+        state.merge(batch_state(batch, cache))
         if len(cache) > 1_000_000:
             cache.clear()
     return state
@@ -79,10 +88,11 @@ def _files(path: str) -> list[str]:
     return [path]
 
 
-def _prefetched(batches: Iterator[pa.RecordBatch], ahead: int = 2) -> Iterator[pa.RecordBatch]:
-    """``batches``, decoded by a background thread up to ``ahead`` batches in advance (Parquet
-    decoding and Arrow kernels release the GIL, so reading overlaps the reduction); memory
-    stays bounded by ``ahead + 1`` batches."""
+def prefetched(batches: Iterator[T], ahead: int = 2) -> Iterator[T]:
+    """``batches``, produced by a background thread up to ``ahead`` items in advance (Parquet
+    and JSON decoding and Arrow kernels release the GIL, so reading overlaps the reduction);
+    memory stays bounded by ``ahead + 1`` items.  An exception of the producer is raised
+    in the consumer."""
     done = object()
     queue: Queue = Queue(maxsize=ahead)
     stop = threading.Event()
@@ -122,14 +132,31 @@ def _prefetched(batches: Iterator[pa.RecordBatch], ahead: int = 2) -> Iterator[p
         thread.join()
 
 
+def _string_leaves(parquet_file: pq.ParquetFile) -> list[str]:
+    """Parquet paths of the string columns the statistics compare (``user``, ``target``
+    and the strings of ``completions``), to be read as dictionary arrays."""
+    leaves = []
+    for i in range(len(parquet_file.schema)):
+        column = parquet_file.schema.column(i)
+        if column.physical_type == "BYTE_ARRAY" and (
+                column.path in ("user", "target") or column.path.startswith("completions.")):
+            leaves.append(column.path)
+    return leaves
+
+
 def _batches(path: str, batch_rows: int) -> Iterator[pa.RecordBatch]:
     for name in _files(path):
         parquet_file = parquet._open(name)
+        parquet_file = parquet._open(name, read_dictionary=_string_leaves(parquet_file))
         schema = parquet_file.schema_arrow
         parquet._check_columns(schema, name)
         columns = [c for c in _COMMON + _PAYLOAD if c in schema.names]
         try:
-            yield from parquet_file.iter_batches(batch_size=batch_rows, columns=columns)
+            # one row group at a time: each has its own dictionaries, and Arrow cannot
+            # join nested dictionary columns of two row groups into one batch
+            for group in range(parquet_file.num_row_groups):
+                yield from parquet_file.iter_batches(batch_size=batch_rows, row_groups=[group],
+                                                     columns=columns)
         except (OSError, pa.ArrowException) as e:
             raise InputError(name, None, f"cannot read the Parquet log: {e}") from None
 
@@ -178,11 +205,57 @@ def _equal(left: pa.Array, right: pa.Array) -> np.ndarray:
 
 # --- hashing ----------------------------------------------------------------------------
 
+def _encoded(array: pa.Array) -> pa.DictionaryArray:
+    """A string (or already dictionary-encoded) array as a dictionary array."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    return array if pa.types.is_dictionary(array.type) else pc.dictionary_encode(array)
+
+
+class _Codes:
+    """A string (or dictionary) array as integer codes, equal exactly where the strings are
+    equal: each the index of the string's first occurrence in :attr:`values` (so duplicates
+    in a dictionary do not matter); ``null`` for a null.  Codes are looked up only where
+    asked (:meth:`at`), so a large array costs little when few of its strings are compared.
+
+    Attributes:
+        values: the dictionary (a string array).
+    """
+
+    def __init__(self, array: pa.Array, null: int = -1):
+        encoded = _encoded(array)
+        self.values = encoded.dictionary
+        first = np.empty(len(self.values) + 1, dtype=np.int64)
+        first[:-1] = _filled(pc.index_in(self.values, value_set=self.values), null)
+        first[-1] = null
+        self._first = first
+        indices = encoded.indices
+        if indices.null_count:
+            self._indices = _filled(indices, len(self.values))
+        else:    # a view of the index buffer
+            self._indices = np.frombuffer(indices.buffers()[1], dtype=_DTYPES[indices.type])[
+                indices.offset:indices.offset + len(indices)]
+        # no nulls and no duplicates in the dictionary (the usual case): codes are indices
+        self._direct = not indices.null_count and bool(
+            np.array_equal(first[:-1], np.arange(len(self.values))))
+
+    def __len__(self) -> int:
+        return len(self._indices)
+
+    def at(self, positions: np.ndarray) -> np.ndarray:
+        """The integer codes at ``positions`` (an integer array)."""
+        if self._direct:
+            return self._indices[positions]
+        return self._first[self._indices[positions]]
+
+    def all(self) -> np.ndarray:
+        """Every code, in order."""
+        return self._first[self._indices]
+
+
 def _string_hashes(array: pa.Array, cache: dict[str, int]) -> np.ndarray:
-    """uint64 column hashes of a string array (null: the null hash)."""
-    encoded = pc.dictionary_encode(array)
-    if isinstance(encoded, pa.ChunkedArray):
-        encoded = encoded.combine_chunks()
+    """uint64 column hashes of a string or dictionary array (null: the null hash)."""
+    encoded = _encoded(array)
     uniques = encoded.dictionary.to_pylist()
     hashes = np.empty(len(uniques) + 1, dtype=np.uint64)
     for i, value in enumerate(uniques):
@@ -217,19 +290,13 @@ def _sum32(hashes: np.ndarray) -> int:
 
 # --- runs of users / messages -------------------------------------------------------------
 
-def _codes(array: pa.Array) -> np.ndarray:
-    """Integer codes equal where values are equal (null a code of its own)."""
-    encoded = pc.dictionary_encode(array)
-    return _filled(encoded.indices, -1).astype(np.int64)
-
-
 def _runs(batch: pa.RecordBatch) -> tuple[stats.RunCount, stats.RunCount]:
     n = batch.num_rows
     users, messages = stats.RunCount(), stats.RunCount()
     if n == 0:
         return users, messages
     user, message = batch.column("user"), batch.column("message")
-    user_codes = _codes(user)
+    user_codes = _Codes(user).all()
     message_values = _filled(message, 0)
     user_change = user_codes[1:] != user_codes[:-1]
     message_change = user_change | (message_values[1:] != message_values[:-1])
@@ -244,10 +311,21 @@ def _runs(batch: pa.RecordBatch) -> tuple[stats.RunCount, stats.RunCount]:
 
 # --- one batch ------------------------------------------------------------------------------
 
-def _batch_state(batch: pa.RecordBatch, cache: dict[str, int]) -> stats.StatsState:
+def batch_state(batch: pa.RecordBatch, cache: dict[str, int]) -> stats.StatsState:
+    """The state of one record batch of log columns.
+
+    Args:
+        batch: ``user`` and ``target`` (strings, plain or dictionary-encoded), ``message``
+            and ``token`` (integers), optionally ``select`` (bool, null = selected) and the
+            payload columns ``completions`` (list<list<string>>), ``logp`` (float64, null =
+            not scored), ``results`` (list<struct<candidate, error, lm>>).
+        cache: MD5 column hashes of strings already seen (updated).
+    Raises:
+        InputError: a selected row has a null target.
+    """
     state = stats.StatsState()
     names = batch.schema.names
-    if "select" in names:
+    if "select" in names and batch.column("select").false_count:
         select = batch.column("select")
         selected = pc.or_kleene(pc.is_null(select), select)
         total = batch.num_rows
@@ -256,11 +334,9 @@ def _batch_state(batch: pa.RecordBatch, cache: dict[str, int]) -> stats.StatsSta
     n = batch.num_rows
     if n == 0:
         return state
-    target = batch.column("target")
-    if target.null_count:
-        raise InputError("<parquet>", None, "null target in a selected row")
+    target = _Targets(batch.column("target"))
     state.tokens = n
-    state.characters = int(pc.sum(pc.utf8_length(target)).as_py() or 0)
+    state.characters = int(target.lengths.sum())
     state.users, state.messages = _runs(batch)
     hashes = _row_hashes(batch, cache)
     state.fingerprint = _sum32(hashes)
@@ -274,8 +350,46 @@ def _batch_state(batch: pa.RecordBatch, cache: dict[str, int]) -> stats.StatsSta
         state.entropy_tokens = int(scored.sum())
         state.entropy_fingerprint = _sum32(hashes[scored])
     if "results" in names:
-        _results(state, batch.column("results"), target)
+        _results(state, batch.column("results"), batch.column("target"))
     return state
+
+
+class _Targets:
+    """The ``target`` column of a batch as dictionary codes.
+
+    Attributes:
+        codes: per row, the index of its target in ``values`` (int64).
+        values: the distinct targets (a string array).
+        lengths: per row, the target's length in code points (int64).
+    Raises:
+        InputError: a target is null.
+    """
+
+    def __init__(self, target: pa.Array):
+        if target.null_count:
+            raise InputError("<parquet>", None, "null target in a selected row")
+        codes = _Codes(target)
+        self.codes, self.values = codes.all(), codes.values
+        self.value_lengths = _filled(pc.utf8_length(self.values), 0).astype(np.int64)
+        self.lengths = self.value_lengths[self.codes]
+
+    def codes_in(self, candidates: pa.Array) -> np.ndarray:
+        """Per distinct target, its index in the string array ``candidates`` (-1: absent)."""
+        return _filled(pc.index_in(self.values, value_set=candidates), -1).astype(np.int64)
+
+    def rests_in(self, candidates: pa.Array, width: int) -> np.ndarray:
+        """``table[v, j]``: the index in ``candidates`` of distinct target ``v`` without its
+        first ``j`` code points (``target[j:]``), for ``j < width``; -1 where absent."""
+        empties = np.flatnonzero(_filled(pc.utf8_length(candidates), -1) == 0)
+        empty = empties[0] if len(empties) else -1       # the first "", as index_in finds it
+        table = np.full((len(self.values), width), empty, dtype=np.int64)
+        for j in range(width):
+            longer = np.flatnonzero(self.value_lengths > j)
+            if len(longer) == 0:
+                break
+            rests = pc.utf8_slice_codeunits(self.values.take(_arrow(longer)), start=j)
+            table[longer, j] = _filled(pc.index_in(rests, value_set=candidates), -1)
+        return table
 
 
 def _starts(lengths: np.ndarray) -> np.ndarray:
@@ -295,83 +409,92 @@ def _list_layout(array: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     return values, parent, position
 
 
-def _first_per_row(rows: np.ndarray) -> np.ndarray:
-    """Indices of the first occurrence of each row in a non-decreasing ``rows``."""
-    if len(rows) == 0:
-        return np.zeros(0, dtype=np.int64)
-    first = np.ones(len(rows), dtype=bool)
-    first[1:] = rows[1:] != rows[:-1]
-    return np.flatnonzero(first)
+def _layout(lists: pa.Array) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+    """``(start, length, values)`` of a list array: per list, the int64 offset of its first
+    element in ``values`` (the whole child array) and its length (0 for a null list)."""
+    if isinstance(lists, pa.ChunkedArray):
+        lists = lists.combine_chunks()
+    offsets = lists.offsets
+    start = np.frombuffer(offsets.buffers()[1], dtype=np.int32)[
+        offsets.offset:offsets.offset + len(lists)].astype(np.int64)
+    length = _filled(pc.list_value_length(lists), 0).astype(np.int64)
+    return start, length, lists.values
 
 
-def _ragged(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Gather indices of the ranges ``[starts[i], starts[i] + lengths[i])``, concatenated:
-    ``(index, owner, position)`` (``owner`` the i of each index, ``position`` its offset)."""
-    total = int(lengths.sum())
-    owner = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
-    position = np.arange(total, dtype=np.int64) - np.repeat(_starts(lengths), lengths)
-    return starts[owner] + position, owner, position
+def _completions(state: stats.StatsState, completions: pa.Array, target: _Targets) -> None:
+    """Next-word prediction and completion counts of a ``list<list<string>>`` column (the
+    strings plain or dictionary-encoded), compared with the targets by dictionary codes.
 
-
-def _completions(state: stats.StatsState, completions: pa.Array, target: pa.Array) -> None:
-    outer_len = _filled(pc.list_value_length(completions), 0).astype(np.int64)
-    outer_start = _starts(outer_len)
-    inner = pc.list_flatten(completions)                    # one list per typed prefix
-    n_inner = len(inner)
-    if n_inner == 0:
+    Rows drop out of the comparison as soon as they are decided (matched, out of
+    completions, or a target that no completion string equals), so the work is that of the
+    datum-by-datum search, done for all rows at once."""
+    outer_start, outer_len, inner = _layout(completions)
+    inner_start, inner_len, strings = _layout(inner)
+    if len(strings) == 0:
         return
-    inner_row = np.repeat(np.arange(len(outer_len), dtype=np.int64), outer_len)
-    prefix = np.arange(n_inner, dtype=np.int64) - outer_start[inner_row]
-    inner_len = _filled(pc.list_value_length(inner), 0).astype(np.int64)
-    inner_start = _starts(inner_len)
-    strings = pc.list_flatten(inner)
+    codes = _Codes(strings, null=-2)     # never equal to -1 (absent)
+    first = outer_len > 0
+    wanted = target.codes_in(codes.values)[target.codes]
+    rows = np.flatnonzero(first & (wanted >= 0))
+    lists = outer_start[rows]
+    ranks = _next_word(codes, inner_start[lists], inner_len[lists], wanted[rows])
+    found = ranks > 0
+    if found.any():
+        state.srr.add_array(1.0 / ranks[found].astype(np.float64))
+        state.predicted = int(found.sum())
+        for n in stats.NEXT_WORD_RANKS:
+            state.hits[n] = int((found & (ranks <= n)).sum())
+    # prefix 0: the rest of the target is the target, so its rank there decides
+    at_start = rows[found & (ranks <= stats.COMPLETION_MAX_RANK)]
+    rests = target.rests_in(codes.values, int(outer_len.max()))
+    decided = np.zeros(len(outer_len), dtype=bool)
+    decided[at_start] = True
+    rows = np.flatnonzero((outer_len > 1) & ~decided & (rests[:, 1:] >= 0).any(axis=1)[target.codes])
+    characters, tokens = _completion(codes, rows, outer_start, outer_len, inner_start, inner_len,
+                                     rests, target)
+    state.completion_characters = int(target.lengths[at_start].sum()) + characters
+    state.completion_tokens = len(at_start) + tokens
 
-    # next-word prediction: rank of the target in completions[0], first match
-    rows = np.flatnonzero(outer_len > 0)
-    first_inner = outer_start[rows]
-    index, owner, rank0 = _ragged(inner_start[first_inner], inner_len[first_inner])
-    if len(index):
-        row_of = rows[owner]
-        equal = _equal(strings.take(_arrow(index)), target.take(_arrow(row_of)))
-        match = np.flatnonzero(equal)
-        firsts = match[_first_per_row(row_of[match])]
-        ranks = rank0[firsts] + 1
-        if len(ranks):
-            state.srr.add_array(1.0 / ranks.astype(np.float64))
-            state.predicted = len(ranks)
-            for n in stats.NEXT_WORD_RANKS:
-                state.hits[n] = int((ranks <= n).sum())
 
-    # completion: the first prefix length j with target[j:] among the first 2 of completions[j]
-    completed = np.zeros(n_inner, dtype=bool)   # per typed prefix: a completion matched
-    by_length = np.argsort(-outer_len, kind="stable")    # rows with more typed prefixes first
-    counts = np.bincount(outer_len, minlength=1)
-    having = len(outer_len) - np.cumsum(counts)            # having[j]: rows with > j prefixes
-    for j in range(int(outer_len.max(initial=0))):
-        lists = outer_start[by_length[:having[j]]] + j
-        lists = lists[inner_len[lists] > 0]
-        if len(lists) == 0:
-            continue
-        rest = pc.utf8_slice_codeunits(target.take(_arrow(inner_row[lists])), start=int(j))
+def _next_word(codes: _Codes, start: np.ndarray, length: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Per list (the strings ``start[i]`` to ``start[i] + length[i]`` of ``codes``), the
+    1-based rank of the first string equal to ``wanted[i]``, 0 where none is."""
+    ranks = np.zeros(len(start), dtype=np.int64)
+    active = np.flatnonzero(length > 0)
+    rank = 0
+    while len(active):
+        hit = codes.at(start[active] + rank) == wanted[active]
+        rank += 1
+        ranks[active[hit]] = rank
+        active = active[~hit]
+        active = active[length[active] > rank]
+    return ranks
+
+
+def _completion(codes: _Codes, rows: np.ndarray, outer_start: np.ndarray, outer_len: np.ndarray,
+                inner_start: np.ndarray, inner_len: np.ndarray, rests: np.ndarray,
+                target: _Targets, prefix: int = 1) -> tuple[int, int]:
+    """Per row of ``rows``, the first typed prefix ``j >= prefix`` whose completion list has
+    the rest of the target (code ``rests[target.codes[row], j]``) among its first
+    :data:`~lmchallenge.stats.COMPLETION_MAX_RANK`: ``(characters saved, rows completed)``."""
+    characters = tokens = 0
+    active = rows
+    while len(active):
+        rest = rests[target.codes[active], prefix]
+        present = np.flatnonzero(rest >= 0)      # rest absent from every list: no match
+        rest = rest[present]
+        lists = outer_start[active[present]] + prefix
+        hit = np.zeros(len(active), dtype=bool)
         for k in range(stats.COMPLETION_MAX_RANK):
-            if k:
-                lists_k = np.flatnonzero(inner_len[lists] > k)
-                if len(lists_k) == 0:
-                    break
-                rest_k = rest.take(_arrow(lists_k))
-                lists_k = lists[lists_k]
-            else:
-                lists_k, rest_k = lists, rest
-            equal = _equal(strings.take(_arrow(inner_start[lists_k] + k)), rest_k)
-            completed[lists_k] |= equal
-    matched = np.flatnonzero(completed)                # in (row, prefix) order
-    firsts = matched[_first_per_row(inner_row[matched])]
-    if len(firsts) == 0:
-        return
-    rows = inner_row[firsts]
-    lengths = _filled(pc.utf8_length(target.take(_arrow(rows))), 0)
-    state.completion_characters = int((lengths.astype(np.int64) - prefix[firsts]).sum())
-    state.completion_tokens = len(firsts)
+            has = np.flatnonzero(inner_len[lists] > k)
+            hit[present[has]] |= codes.at(inner_start[lists[has]] + k) == rest[has]
+        done = active[hit]
+        characters += int(target.lengths[done].sum()) - prefix * len(done)
+        tokens += len(done)
+        prefix += 1
+        active = active[~hit]
+        active = active[outer_len[active] > prefix]
+    return characters, tokens
 
 
 def _results(state: stats.StatsState, results: pa.Array, target: pa.Array) -> None:

@@ -79,25 +79,59 @@ def run_dir_parts(path: str) -> list[Path]:
     return sorted(parts, key=lambda p: p.name)
 
 
-def _iter_jsonlines(path: str) -> Iterator[Datum]:
+def open_binary(path: str) -> contextlib.AbstractContextManager[IO[bytes]]:
+    """Open ``path`` for reading bytes, gunzipping ``.gz``; ``-`` is stdin (left open).
+
+    Raises:
+        OSError: the file cannot be opened (FileNotFoundError when it does not exist).
+    """
+    if path == "-":
+        return contextlib.nullcontext(sys.stdin.buffer)
+    if is_gzip_name(path):
+        return gzip.open(path, "rb")
+    return open(path, "rb")
+
+
+def parse_jsonlines(lines: Iterable[str], path: str, first_line: int = 1) -> Iterator[tuple[int, Datum]]:
+    """``(line number, datum)`` for each non-blank line of a jsonlines log.
+
+    Args:
+        lines: the text lines (with or without their newlines).
+        path: the file name, for errors.
+        first_line: the line number of the first of ``lines`` (1-based).
+    Raises:
+        InputError: naming ``path`` and the line that is not JSON or not a JSON object.
+    """
+    for number, line in enumerate(lines, start=first_line):
+        if not line.strip():
+            continue
+        try:
+            datum = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(path, number, f"invalid JSON: {e.msg} (column {e.colno})") from None
+        if not isinstance(datum, dict):
+            raise InputError(path, number, "a log line must be a JSON object")
+        yield number, datum
+
+
+@contextlib.contextmanager
+def read_errors(path: str) -> Iterator[None]:
+    """A context turning the errors of reading ``path`` (missing file, I/O, gzip, UTF-8)
+    into :class:`InputError` naming it."""
     try:
-        with open_text(path) as f:
-            for number, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    datum = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise InputError(path, number, f"invalid JSON: {e.msg} (column {e.colno})") from None
-                if not isinstance(datum, dict):
-                    raise InputError(path, number, "a log line must be a JSON object")
-                yield datum
+        yield
     except UnicodeDecodeError as e:
         raise InputError(path, None, f"not UTF-8: {e.reason} at byte {e.start}") from None
+    except FileNotFoundError:
+        raise InputError(path, None, "no such file") from None
     except (OSError, EOFError) as e:
-        if isinstance(e, FileNotFoundError):
-            raise InputError(path, None, "no such file") from None
         raise InputError(path, None, f"cannot read: {e}") from None
+
+
+def _iter_jsonlines(path: str) -> Iterator[Datum]:
+    with read_errors(path), open_text(path) as f:
+        for _, datum in parse_jsonlines(f, path):
+            yield datum
 
 
 def load_jsonlines(filename: str) -> Iterator[Datum]:

@@ -257,10 +257,13 @@ def iter_parquet(path: str, batch_rows: int = ROW_GROUP_ROWS) -> Iterator[Datum]
         yield from _batch_datums(batch)
 
 
-def _open(path: str) -> pq.ParquetFile:
-    """Open ``path`` as a Parquet file, turning I/O and format errors into InputError."""
+def _open(path: str, read_dictionary: Sequence[str] | None = None) -> pq.ParquetFile:
+    """Open ``path`` as a Parquet file, turning I/O and format errors into InputError.
+
+    ``read_dictionary`` names (Parquet column paths) string columns to read as dictionary
+    arrays (decoding each distinct string once per row group)."""
     try:
-        return pq.ParquetFile(path)
+        return pq.ParquetFile(path, read_dictionary=read_dictionary)
     except FileNotFoundError:
         raise InputError(path, None, "no such file") from None
     except (OSError, pa.ArrowException) as e:

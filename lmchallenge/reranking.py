@@ -103,8 +103,8 @@ def count_correct(scores: np.ndarray, width: int | None = None, pad: float = -ma
     Returns:
         The count, in ``[0, N]``.
     """
-    if scores.shape[0] == 0:
-        return 0
+    if scores.shape[0] == 0 or scores.shape[1] == 0:
+        return 0   # no candidates at all (every results list empty): never correct
     if scores.shape[1] > 1:
         others = scores[:, 1:].max(axis=1)
     else:

@@ -23,6 +23,7 @@ from .games.spec import GameSpec
 from .log import write_jsonlines, write_log
 from .model import PredictorSpec, close_model
 from .progress import TokenProgress
+from .verbosity import set_verbosity
 
 LOG = logging.getLogger(__name__)
 
@@ -45,12 +46,6 @@ class JsonOption(click.ParamType):
 
     def get_metavar(self, param, ctx=None) -> str:
         return "JSON"
-
-
-def set_verbosity(level: int) -> None:
-    """Log to stderr: warnings (0), info (1) or debug (2+)."""
-    levels = [logging.WARNING, logging.INFO, logging.DEBUG]
-    logging.basicConfig(format="%(levelname)s\t%(message)s", level=levels[min(level, 2)])
 
 
 @dataclass(frozen=True)

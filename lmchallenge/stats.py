@@ -34,6 +34,7 @@ import hashlib
 import io
 import itertools
 import math
+import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -43,7 +44,7 @@ import click
 
 from . import reranking
 from .exceptions import InputError
-from .log import read_log
+from .log import is_parquet_name, parse_jsonlines, read_log, run_dir_parts
 
 Datum = dict[str, Any]
 
@@ -376,24 +377,53 @@ def stats(data: Iterable[Datum], human: bool = True) -> dict[str, Any]:
 
 
 def state_of_log(path: str, lines: int | None = None) -> StatsState:
-    """The state of a whole log file (any form :func:`lmchallenge.log.read_log` reads).
+    """The state of a whole log (any form :func:`lmchallenge.log.read_log` reads).
 
-    Parquet files and run directories of Parquet parts are reduced column-wise
-    (:mod:`lmchallenge.columnar`); other forms datum by datum.
+    Read column-wise: Parquet files (:mod:`lmchallenge.columnar`) and jsonlines logs,
+    gzipped or from stdin (:mod:`lmchallenge.columnar_jsonl`); a run directory part by
+    part, merging the parts' states.  With ``lines``, datum by datum.
 
     Args:
         path: the log.
         lines: only the first ``lines`` datums (None: all).
     Raises:
-        InputError: the log cannot be read, or datum N (counted from 1, the line of a
-            jsonlines log without blank lines) is not a log datum.
+        InputError: the log cannot be read, or a datum is not a log datum (naming the file
+            and the line of a jsonlines log; with ``lines``, datum N counted from 1).
     """
     from . import columnar
 
-    if lines is None and columnar.is_columnar(path):
+    if lines is not None:
+        return _state_of_numbered(enumerate(itertools.islice(read_log(path), lines), start=1), path)
+    if columnar.is_columnar(path):
         return columnar.state_of_parquet(path)
+    if path != "-" and os.path.isdir(path):
+        state = StatsState()
+        for part in run_dir_parts(path):
+            state.merge(state_of_log(str(part)))
+        return state
+    if is_parquet_name(path):
+        return columnar.state_of_parquet(path)    # raises the InputError of a missing file
+    from .columnar_jsonl import state_of_jsonl
+
+    return state_of_jsonl(path)
+
+
+def state_of_lines(lines: Iterable[str], path: str, first_line: int = 1) -> StatsState:
+    """The state of jsonlines log lines, datum by datum.
+
+    Args:
+        lines: text lines of a jsonlines log (blank ones are skipped).
+        path: the log's name, for errors.
+        first_line: the line number of the first of ``lines``.
+    Raises:
+        InputError: naming ``path`` and the line that is not JSON or not a log datum.
+    """
+    return _state_of_numbered(parse_jsonlines(lines, path, first_line), path)
+
+
+def _state_of_numbered(numbered: Iterable[tuple[int, Datum]], path: str) -> StatsState:
     state = StatsState()
-    for number, datum in enumerate(itertools.islice(read_log(path), lines), start=1):
+    for number, datum in numbered:
         try:
             state.update(datum)
         except (KeyError, TypeError, AttributeError, ValueError) as e:
@@ -452,7 +482,7 @@ OUTPUTS: dict[str, Callable[[list[dict[str, Any]]], str]] = {"json": to_json, "c
 def cli(log: tuple[str, ...], verbose: int, lines: int | None, output: str, human: bool) -> None:
     """Summary statistics of one or more logs (.jsonl, .jsonl.gz, .parquet, an lmc-dist run
     directory, or - / nothing for stdin), one row per log."""
-    from .run import set_verbosity
+    from .verbosity import set_verbosity
 
     set_verbosity(verbose)
     rows = [dict(log=path, **state_of_log(path, lines).result(human=human)) for path in log or ("-",)]

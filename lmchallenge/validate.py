@@ -73,7 +73,7 @@ def cli(log: tuple[str, ...], verbose: int) -> None:
     """Check that each LOG (.jsonl, .jsonl.gz, .parquet, a run directory; default stdin)
     follows the LM Challenge log schema; the first bad datum is reported as FILE:LINE with
     the field, and the exit code is 2."""
-    from .run import set_verbosity
+    from .verbosity import set_verbosity
 
     set_verbosity(verbose)
     for path in log or ("-",):

@@ -142,3 +142,21 @@ def test_unreadable_parquet_is_input_error(tmp_path: Path) -> None:
     (run / "part-00001.parquet").write_text("truncated")
     with pytest.raises(InputError):
         columnar.state_of_parquet(str(run))
+
+
+@pytest.mark.parametrize("encoding", [
+    dict(use_dictionary=False),                                      # plain strings
+    dict(dictionary_pagesize_limit=64, data_page_size=64),           # dictionary, then plain
+    dict(row_group_size=37),                                         # many small row groups
+])
+@pytest.mark.parametrize("name", ["kjv.o2.wc.jsonl", "rails.wc.jsonl", "kjv.o2.wr.jsonl"])
+def test_same_stats_whatever_the_string_encoding(name: str, encoding: dict, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    src = DATA / "pretty" / name
+    data = list(grep.grep("e", load_jsonlines(src)))
+    converted = tmp_path / "log.parquet"
+    parquet.write_parquet(data, str(converted), game_of(src))
+    dst = tmp_path / "encoded.parquet"
+    pq.write_table(pq.read_table(converted), dst, **encoding)
+    assert columnar.state_of_parquet(str(dst)).result(human=False) == expected(data)

@@ -12,6 +12,7 @@ import math
 import random
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -203,6 +204,15 @@ def test_reranking_on_an_obvious_log():
     rerank = raw["reranking"]
     assert (rerank["correct"], rerank["base_correct"], rerank["max_candidates"]) == (2, 1, 3)
     assert set(rerank["args"]) == {"alpha", "beta"}
+
+
+def test_merged_piece_with_only_empty_results():
+    # a piece whose every results list is empty has no candidate columns at all
+    empty = dict(WR_LOG[0], token=9, results=[])
+    expected = lmc_stats.stats(WR_LOG + [empty], human=False)
+    merged = state_of(WR_LOG).merge(state_of([empty])).result(human=False)
+    assert merged == expected
+    assert merged["reranking"]["correct"] == 2 and merged["tokens"] == 4
 
 
 def test_no_wr_data_gives_already_correct_key():
@@ -410,3 +420,25 @@ def test_cli_empty_log(tmp_path):
     assert row["users"] == 0 and row["skipped"] == 0.0
     raw, = json_rows(run_lmc("stats", "--no-human", str(empty)).stdout)
     assert raw["users"] == 0 and raw["tokens"] == 0
+
+
+@pytest.mark.parametrize("log", ["kjv.o2.wc.jsonl", "kjv.o2.wc.parquet"])
+def test_stats_imports_only_what_it_needs(log, tmp_path):
+    """`lmc stats` start-up: no games, models, JSON schema or pandas (each costs start-up
+    time on every call)."""
+    path = PRETTY / log
+    if log.endswith(".parquet"):
+        from lmchallenge import convert
+        path = tmp_path / log
+        convert.convert(str(PRETTY / "kjv.o2.wc.jsonl"), str(path))
+    code = ("import sys, io, contextlib\n"
+            "from lmchallenge.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    main(['stats', {str(path)!r}])\n"
+            "print(' '.join(sorted(sys.modules)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    modules = set(out.stdout.split())
+    assert "lmchallenge.stats" in modules
+    for heavy in ("lmchallenge.games", "lmchallenge.model", "lmchallenge.run", "jsonschema",
+                  "pandas", "scipy", "lmchallenge.pretty"):
+        assert heavy not in modules, heavy
