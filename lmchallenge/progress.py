@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 
 from tqdm import tqdm
+
+T = TypeVar("T")
 
 
 class TokenProgress:
@@ -33,6 +37,24 @@ class TokenProgress:
         if self.tokens % 2000 == 0 and not self._bar.disable:
             rate = self.tokens / max(1e-9, time.monotonic() - self._start)
             self._bar.set_postfix_str(f"{self.tokens} tok, {rate:,.0f} tok/s", refresh=False)
+
+    def messages_of(self, messages: Iterable[T]) -> Iterable[T]:
+        """``messages``, counted as they are read (as they are when the bar is hidden)."""
+        if self._bar.disable:
+            return messages
+        return self._counting(messages, self.message)
+
+    def tokens_of(self, log: Iterable[T]) -> Iterable[T]:
+        """``log`` (datums), counted as they are written (as it is when the bar is hidden)."""
+        if self._bar.disable:
+            return log
+        return self._counting(log, self.token)
+
+    @staticmethod
+    def _counting(items: Iterable[T], count: Callable[[], None]) -> Iterator[T]:
+        for item in items:
+            count()
+            yield item
 
     def close(self) -> None:
         self._bar.close()

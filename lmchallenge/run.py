@@ -89,20 +89,10 @@ def execute(job: RunJob) -> int:
     total, messages = validated_messages(job.corpus, job.corpus_format)
     game = job.game.build()
     progress = TokenProgress(total)
-
-    def counted_messages() -> Iterator[Message]:
-        for message in messages:
-            progress.message()
-            yield message
-
-    def counted(log):
-        for datum in log:
-            progress.token()
-            yield datum
-
     model = job.predictor.create(echo_stderr=LOG.isEnabledFor(logging.INFO))
     try:
-        log = counted(run_game(game, model, counted_messages(), train=job.train))
+        log = progress.tokens_of(run_game(game, model, progress.messages_of(messages),
+                                          train=job.train))
         if job.output == "-":
             import sys
             n = write_jsonlines(log, sys.stdout)
