@@ -270,6 +270,10 @@ class ShellModel(Model):
 
     Requests are pipelined: up to ``window`` predict requests are in flight while answers
     are read in order, so the round trip per request disappears (DESIGN.md, "Pipelining").
+    The window is topped up once half of it has been answered (not after every answer), so
+    the model reads its requests in batches of about ``window / 2`` lines, and a model that
+    flushes its answers in batches too (``lmchallenge.models.protocol.serve``) costs both
+    processes a few system calls and wake-ups per batch rather than per request.
     One thread multiplexes both pipes with ``select`` (requests are written in large
     batches, answers read in large chunks); stderr is drained by a thread that keeps its
     tail for error messages.
@@ -344,8 +348,9 @@ class ShellModel(Model):
         inbox = b""
         exhausted = False
         window = self.window
+        refill_below = window - max(1, window // 2)  # top up once half the window is answered
         while True:
-            if not exhausted and len(sent) < window and len(outbox) < 65536:
+            if not exhausted and len(sent) <= refill_below and len(outbox) < 65536:
                 batch: list[str] = []
                 for request in requests:
                     line = encode_request(request)
