@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import io
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import IO, Any
 
+from ..corpus import line_batches
 from ..model import protocol_text
 
 FLUSH_EVERY = 16
@@ -105,7 +106,8 @@ def serve(model: Any, input_stream: IO | None = None, output_stream: IO | None =
         sink = io.BufferedWriter(sink)
     errors = error_stream if error_stream is not None else sys.stderr
     answers = io.BytesIO()  # gathered here, written to the sink in one call per flush
-    for lines in _request_batches(source):
+    read = getattr(source, "read1", None) or source.read  # read1: what is there, one call
+    for lines in line_batches(read):
         for count, raw in enumerate(lines, start=1):
             handle(model, raw, answers, errors)
             if count % FLUSH_EVERY == 0:
@@ -120,31 +122,6 @@ def _flush(answers: io.BytesIO, sink: Any) -> None:
         answers.seek(0)
         answers.truncate()
     sink.flush()
-
-
-def _request_batches(source: Any, size: int = 1 << 16) -> Iterator[list[bytes]]:
-    """The request lines of ``source`` (LF kept), a list per read: each read returns what
-    is available (``read1``: at most one system call), so every line of a batch had
-    arrived before the first of them is answered.  A last line without LF is a request too."""
-    read = getattr(source, "read1", None) or source.read
-    partial: list[bytes] = []  # pieces of a line still missing its LF
-    while True:
-        chunk = read(size)
-        if not chunk:
-            break
-        if b"\n" not in chunk:
-            partial.append(chunk)
-            continue
-        if partial:
-            chunk = b"".join(partial) + chunk
-            partial = []
-        lines = chunk.split(b"\n")
-        rest = lines.pop()
-        if rest:
-            partial.append(rest)
-        yield [line + b"\n" for line in lines]
-    if partial:
-        yield [b"".join(partial)]
 
 
 class _TextAdapter:
