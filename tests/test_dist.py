@@ -122,6 +122,9 @@ def test_embedded_cluster_matches_lmc_run(tmp_path, commits, partition_chars, ou
     assert (tmp_path / "all.jsonl").read_bytes() == expected
     manifest = json.loads((run_dir / "_manifest.json").read_text())
     assert all(p["state"] == "done" for p in manifest["partitions"])
+    # each partition is placed on a time line: began (Unix time on its worker) + elapsed
+    assert all(0 < p["began"] - time.time() + 600 < 600 and p["elapsed"] >= 0
+               for p in manifest["partitions"])
     parts = sorted(run_dir.glob("part-*." + ("parquet" if out_format == "parquet" else "jsonl.gz")))
     assert len(parts) == len(manifest["partitions"])
     if partition_chars == 500:
