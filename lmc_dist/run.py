@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import dask
 from distributed import Client, LocalCluster, as_completed
 from tqdm import tqdm
 
@@ -39,6 +40,14 @@ from .worker import (PLUGIN_NAME, ModelPool, PartitionTask, evaluate_partition, 
 
 LOG = logging.getLogger(__name__)
 DEFAULT_PARTITION_CHARS = 100_000
+EMBEDDED_CONFIG = {
+    "distributed.worker.profile.enabled": False,        # stack sampling every 10 ms
+    "distributed.admin.tick.interval": "1s",            # event-loop watchdog, 20 ms by default
+    "distributed.admin.system-monitor.interval": "5s",  # dashboard resource plots, 500 ms
+}
+"""Dask settings of the embedded cluster: its background work, which takes CPU from the models
+on the same cores, falls from about 6% to 3% of a core for one worker (BENCHMARKS.md,
+"scaling"); the dashboard loses the profile page and fine-grained resource plots."""
 
 
 @dataclass(frozen=True)
@@ -107,16 +116,17 @@ class RunReport:
 @contextlib.contextmanager
 def connect(job: DistJob) -> Iterator[Client]:
     """A client of ``job.scheduler``, or of an embedded LocalCluster (one worker process per
-    core, one thread each) that is shut down afterwards."""
+    core, one thread each, made with :data:`EMBEDDED_CONFIG`) that is shut down afterwards."""
     if job.scheduler:
         with Client(job.scheduler) as client:
             yield client
         return
     n = job.workers or os.cpu_count() or 1
-    with LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                      dashboard_address=_dashboard_address(), silence_logs=logging.ERROR) as cluster:
-        with Client(cluster) as client:
-            yield client
+    with dask.config.set(EMBEDDED_CONFIG):  # read when the scheduler, nannies, workers start
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                               dashboard_address=_dashboard_address(), silence_logs=logging.ERROR)
+    with cluster, Client(cluster) as client:
+        yield client
 
 
 def _dashboard_address() -> str | None:
