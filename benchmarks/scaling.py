@@ -9,7 +9,10 @@ model computing every prediction K times (a CPU-bound model K times as expensive
 same answers).  Corpus: the first ROWS rows (0: all 3,118) of the marked-up rails commit corpus
 ``data/commits/rails.test.sample.jsonl``.  `lmc run` writes the log to a file; `lmc-dist run`
 writes partitions (``--format``) and concatenates them into a log file (``--output``); the
-three logs are checked identical.
+three logs are checked identical.  On a Linux machine shared with other sessions,
+``--autogroup-nice -10`` gives every process of the benchmark priority over them (with
+sched_autogroup, plain ``nice`` only weighs within a session, and each model process is a
+session of its own).
 
 Printed for each run: wall time, tokens/s, ratio to `lmc run`, and CPU seconds of the whole
 process tree split into the model processes' (``/usr/bin/time`` around each model) and the
@@ -78,16 +81,25 @@ def run(argv: list[str], cpu_file: Path, stdout=subprocess.DEVNULL) -> Measured:
                     launched=launched, ended=launched + wall)
 
 
-def model_command(model_file: Path, repeat: int, cpu_file: Path) -> str:
+def model_command(model_file: Path, repeat: int, cpu_file: Path, autogroup_nice: int | None) -> str:
     """The shell command of the model, wrapped in /usr/bin/time (appending its CPU seconds)."""
     if repeat == 1:
         command = f"{BIN / 'lmc-ngram'} serve {model_file}"
     else:
         command = (f"{sys.executable} {REPO / 'benchmarks' / 'repeat_ngram.py'} {model_file} "
                    f"--repeat {repeat}")
-    if TIME is None:
-        return command
-    return f"{TIME} -a -o {shlex.quote(str(cpu_file))} -f '%U %S' {command}"
+    if TIME is not None:
+        command = f"{TIME} -a -o {shlex.quote(str(cpu_file))} -f '%U %S' {command}"
+    if autogroup_nice is not None:  # a model is a session of its own: its own autogroup
+        command = f"echo {autogroup_nice} > /proc/self/autogroup; exec {command}"
+    return command
+
+
+def set_autogroup_nice(value: int) -> None:
+    """Give this session's autogroup (this script, lmc, lmc-dist and its Dask processes) the
+    nice ``value``: with sched_autogroup on, plain nice does not weigh against other sessions."""
+    with open("/proc/self/autogroup", "w") as f:
+        f.write(str(value))
 
 
 def describe(name: str, m: Measured, tokens: int, base: float | None) -> str:
@@ -127,7 +139,12 @@ def main() -> None:
     parser.add_argument("--game", default="wc")
     parser.add_argument("--partition-chars", type=int, default=20000)
     parser.add_argument("--format", default="jsonl", choices=["jsonl", "parquet"])
+    parser.add_argument("--autogroup-nice", type=int, default=None, metavar="N",
+                        help="on a machine shared with other sessions: run every process of the "
+                             "benchmark (models included) with autogroup nice N (Linux, root for N<0)")
     args = parser.parse_args()
+    if args.autogroup_nice is not None:
+        set_autogroup_nice(args.autogroup_nice)
     work = Path(tempfile.mkdtemp(prefix="lmc-scaling-"))
     try:
         model_file = work / "kjv.lm"
@@ -138,7 +155,7 @@ def main() -> None:
             lines = f.readlines()
         corpus.write_bytes(b"".join(lines[:args.rows] if args.rows else lines))
         cpu_file = work / "model-cpu.txt"
-        model = model_command(model_file, args.repeat, cpu_file)
+        model = model_command(model_file, args.repeat, cpu_file, args.autogroup_nice)
         print(f"model: {model}\nload average: {os.getloadavg()}")
         single_log = work / "single.jsonl"
         with open(single_log, "wb") as out:
