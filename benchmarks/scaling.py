@@ -20,7 +20,11 @@ evaluator's (everything else: game, protocol, log, statistics, Dask, client).  T
 projection for 8 and 32 workers from the 1-worker run's time line (manifest ``began`` and
 ``elapsed`` of every partition): start-up (launch to first partition), task overhead (gaps
 between consecutive partitions on the worker), the partitions' own times, and the tail (last
-partition to exit), scheduling the measured partition times on N workers longest-first.
+partition to exit), scheduling the measured partition times on N workers longest-first; then
+the same with the work divided evenly (a corpus with many more partitions than workers), and
+the per-token limit (start-up and tail amortised away).  Every projected worker is assumed to
+get the CPU a worker had in the measured 1-worker run (its game and its model process each on
+a core when they need it).
 """
 
 from __future__ import annotations
@@ -187,12 +191,16 @@ def main() -> None:
         print(f"1-worker time line: start-up {startup:.2f} s, task overhead {overhead * 1e3:.0f} ms "
               f"per partition, partitions {sum(elapsed):.1f} s (largest {max(elapsed):.2f} s), "
               f"tail {tail:.2f} s")
+        work = sum(elapsed) + overhead * len(elapsed)
         for n in (8, 32):
             busy = longest_first([e + overhead for e in elapsed], n)
             projected = startup + busy + tail
+            even = startup + work / n + tail
             print(f"projection {n} workers: {startup:.1f} + {busy:.1f} + {tail:.1f} s = "
                   f"{projected:.1f} s = {tokens / projected:,.0f} tokens/s "
-                  f"({tokens / projected / base:.1f}x lmc run)")
+                  f"({tokens / projected / base:.1f}x lmc run); with partitions small enough "
+                  f"to divide evenly {even:.1f} s ({single.wall / even:.1f}x); per token, "
+                  f"start-up and tail left out, {single.wall / (work / n):.1f}x")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
