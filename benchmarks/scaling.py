@@ -1,45 +1,154 @@
 """Tokens/s of `lmc-dist run` with 1 and 2 workers against `lmc run`, same model and corpus.
 
-    python benchmarks/scaling.py [--rows 1500] [--game wc] [--partition-chars 20000]
+    python benchmarks/scaling.py [--rows 0] [--repeat 1] [--game wc] [--partition-chars 20000]
+                                 [--format jsonl]
 
-The model is the built-in n-gram model (`lmc-ngram serve`, CPU-bound in its own process),
-trained on the King James Old Testament; the corpus is the first ROWS rows of the marked-up
-rails commit corpus (`data/commits/rails.test.sample.jsonl`). Every configuration runs in
-this same invocation, and the logs are checked to be identical. Printed: tokens/s of each
-and the ratios to `lmc run`, plus a projection for 8 and 32 workers from the measured
-per-partition costs (Amdahl: the client's serial part — scan, start-up, reduce — stays, the
-partition work divides, limited by the largest partition).
+Model: the built-in n-gram model trained on the King James Old Testament, served by
+``lmc-ngram serve`` (``--repeat 1``), or by ``benchmarks/repeat_ngram.py --repeat K``, the same
+model computing every prediction K times (a CPU-bound model K times as expensive per query;
+same answers).  Corpus: the first ROWS rows (0: all 3,118) of the marked-up rails commit corpus
+``data/commits/rails.test.sample.jsonl``.  `lmc run` writes the log to a file; `lmc-dist run`
+writes partitions (``--format``) and concatenates them into a log file (``--output``); the
+three logs are checked identical.  On a Linux machine shared with other sessions,
+``--autogroup-nice -10`` gives every process of the benchmark priority over them (with
+sched_autogroup, plain ``nice`` only weighs within a session, and each model process is a
+session of its own).
+
+Printed for each run: wall time, tokens/s, ratio to `lmc run`, and CPU seconds of the whole
+process tree split into the model processes' (``/usr/bin/time`` around each model) and the
+evaluator's (everything else: game, protocol, log, statistics, Dask, client).  Then a
+projection for 8 and 32 workers from the 1-worker run's time line (manifest ``began`` and
+``elapsed`` of every partition): start-up (launch to first partition), task overhead (gaps
+between consecutive partitions on the worker), the partitions' own times, and the tail (last
+partition to exit), scheduling the measured partition times on N workers longest-first; then
+the same with the work divided evenly (a corpus with many more partitions than workers), and
+the per-token limit (start-up and tail amortised away).  Every projected worker is assumed to
+get the CPU a worker had in the measured 1-worker run (its game and its model process each on
+a core when they need it).
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import os
+import resource
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+TIME = shutil.which("time", path="/usr/bin")
 
 
-def run(argv: list[str]) -> tuple[float, bytes]:
+@dataclass
+class Measured:
+    """One run: wall seconds, CPU seconds of its process tree and of its model processes."""
+
+    wall: float
+    cpu: float
+    model_cpu: float
+    launched: float
+    ended: float
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def model_cpu(path: Path) -> float:
+    """Sum of the ``user sys`` lines /usr/bin/time appended for each model process."""
+    if not path.exists():
+        return float("nan")
+    return sum(float(u) + float(s) for u, s in (line.split() for line in path.read_text().split("\n")
+                                                 if line.strip()))
+
+
+def run(argv: list[str], cpu_file: Path, stdout=subprocess.DEVNULL) -> Measured:
+    """Run ``argv`` to completion, measuring its wall time and its process tree's CPU."""
+    cpu_file.unlink(missing_ok=True)
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
+    before = children_cpu()
+    launched = time.time()
     start = time.perf_counter()
-    result = subprocess.run(argv, capture_output=True, check=True, env={
-        **os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"})
-    return time.perf_counter() - start, result.stdout
+    subprocess.run(argv, stdout=stdout, stderr=subprocess.PIPE, check=True, env=env)
+    wall = time.perf_counter() - start
+    return Measured(wall=wall, cpu=children_cpu() - before, model_cpu=model_cpu(cpu_file),
+                    launched=launched, ended=launched + wall)
+
+
+def model_command(model_file: Path, repeat: int, cpu_file: Path, autogroup_nice: int | None) -> str:
+    """The shell command of the model, wrapped in /usr/bin/time (appending its CPU seconds)."""
+    if repeat == 1:
+        command = f"{BIN / 'lmc-ngram'} serve {model_file}"
+    else:
+        command = (f"{sys.executable} {REPO / 'benchmarks' / 'repeat_ngram.py'} {model_file} "
+                   f"--repeat {repeat}")
+    if TIME is not None:
+        command = f"{TIME} -a -o {shlex.quote(str(cpu_file))} -f '%U %S' {command}"
+    if autogroup_nice is not None:  # a model is a session of its own: its own autogroup
+        command = f"echo {autogroup_nice} > /proc/self/autogroup; exec {command}"
+    return command
+
+
+def set_autogroup_nice(value: int) -> None:
+    """Give this session's autogroup (this script, lmc, lmc-dist and its Dask processes) the
+    nice ``value``: with sched_autogroup on, plain nice does not weigh against other sessions."""
+    with open("/proc/self/autogroup", "w") as f:
+        f.write(str(value))
+
+
+def describe(name: str, m: Measured, tokens: int, base: float | None) -> str:
+    rate = tokens / m.wall
+    ratio = f", {rate / base:.2f}x lmc run" if base else ""
+    other = m.cpu - m.model_cpu
+    return (f"{name}: {m.wall:.1f} s = {rate:,.0f} tokens/s{ratio}; CPU {m.cpu:.1f} s = model "
+            f"{m.model_cpu:.1f} s ({1e6 * m.model_cpu / tokens:.0f} us/token) + evaluator "
+            f"{other:.1f} s ({1e6 * other / tokens:.0f} us/token)")
+
+
+def longest_first(times: list[float], workers: int) -> float:
+    """Makespan of ``times`` scheduled longest-first on ``workers`` identical workers."""
+    loads = [0.0] * workers
+    heapq.heapify(loads)
+    for t in sorted(times, reverse=True):
+        heapq.heappush(loads, heapq.heappop(loads) + t)
+    return max(loads)
+
+
+def timeline(run: Measured, partitions: list[dict]) -> tuple[float, float, float, list[float]]:
+    """(start-up, task overhead per partition, tail, partition times) of a 1-worker run."""
+    spans = sorted((p["began"], p["began"] + p["elapsed"]) for p in partitions)
+    elapsed = [end - begin for begin, end in spans]
+    startup = spans[0][0] - run.launched
+    tail = run.ended - spans[-1][1]
+    gaps = [max(0.0, b[0] - a[1]) for a, b in zip(spans, spans[1:])]
+    overhead = sum(gaps) / len(gaps) if gaps else 0.0
+    return startup, overhead, tail, elapsed
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", type=int, default=1500)
+    parser.add_argument("--rows", type=int, default=0, help="corpus rows (0: all)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="predictions computed per query (1: lmc-ngram serve)")
     parser.add_argument("--game", default="wc")
     parser.add_argument("--partition-chars", type=int, default=20000)
+    parser.add_argument("--format", default="jsonl", choices=["jsonl", "parquet"])
+    parser.add_argument("--autogroup-nice", type=int, default=None, metavar="N",
+                        help="on a machine shared with other sessions: run every process of the "
+                             "benchmark (models included) with autogroup nice N (Linux, root for N<0)")
     args = parser.parse_args()
+    if args.autogroup_nice is not None:
+        set_autogroup_nice(args.autogroup_nice)
     work = Path(tempfile.mkdtemp(prefix="lmc-scaling-"))
     try:
         model_file = work / "kjv.lm"
@@ -47,34 +156,51 @@ def main() -> None:
                         "-o", str(model_file)], check=True)
         corpus = work / "commits.jsonl"
         with open(REPO / "data/commits/rails.test.sample.jsonl", "rb") as f:
-            corpus.write_bytes(b"".join(f.readline() for _ in range(args.rows)))
-        model = f"{BIN / 'lmc-ngram'} serve {model_file}"
-        single_s, log = run([str(BIN / "lmc"), "run", model, args.game, str(corpus)])
+            lines = f.readlines()
+        corpus.write_bytes(b"".join(lines[:args.rows] if args.rows else lines))
+        cpu_file = work / "model-cpu.txt"
+        model = model_command(model_file, args.repeat, cpu_file, args.autogroup_nice)
+        print(f"model: {model}\nload average: {os.getloadavg()}")
+        single_log = work / "single.jsonl"
+        with open(single_log, "wb") as out:
+            single = run([str(BIN / "lmc"), "run", model, args.game, str(corpus)], cpu_file,
+                         stdout=out)
+        log = single_log.read_bytes()
         tokens = log.count(b"\n")
-        print(f"lmc run: {tokens} tokens in {single_s:.1f} s = {tokens / single_s:,.0f} tokens/s")
-        rates = {}
+        base = tokens / single.wall
+        print(describe(f"lmc run ({tokens} tokens)", single, tokens, None))
+        rates, first = {}, None
         for workers in (1, 2):
             run_dir = work / f"run{workers}"
             out = work / f"all{workers}.jsonl"
-            seconds, _ = run([str(BIN / "lmc-dist"), "run", model, args.game, "--input", str(corpus),
-                              "--run-dir", str(run_dir), "--workers", str(workers),
-                              "--partition-chars", str(args.partition_chars), "--output", str(out)])
+            m = run([str(BIN / "lmc-dist"), "run", model, args.game, "--input", str(corpus),
+                     "--run-dir", str(run_dir), "--workers", str(workers), "--format", args.format,
+                     "--partition-chars", str(args.partition_chars), "--output", str(out)],
+                    cpu_file)
             assert out.read_bytes() == log, f"{workers} workers: log differs from lmc run"
-            rates[workers] = tokens / seconds
-            manifest = json.loads((run_dir / "_manifest.json").read_text())
-            elapsed = [p["elapsed"] for p in manifest["partitions"]]
-            print(f"lmc-dist --workers {workers}: {seconds:.1f} s = {rates[workers]:,.0f} tokens/s, "
-                  f"ratio to lmc run {rates[workers] / (tokens / single_s):.2f}x "
-                  f"({len(elapsed)} partitions, sum {sum(elapsed):.1f} s, max {max(elapsed):.2f} s)")
+            rates[workers] = tokens / m.wall
+            partitions = json.loads((run_dir / "_manifest.json").read_text())["partitions"]
+            elapsed = [p["elapsed"] for p in partitions]
+            print(describe(f"lmc-dist --workers {workers}", m, tokens, base)
+                  + f"; {len(elapsed)} partitions, sum {sum(elapsed):.1f} s, max {max(elapsed):.2f} s")
             if workers == 1:
-                work_s, longest = sum(elapsed), max(elapsed)
-                serial_s = max(0.0, seconds - work_s)
-        print(f"speed-up 2 vs 1 worker: {rates[2] / rates[1]:.2f}x")
+                first = timeline(m, partitions)
+        print(f"speed-up 2 vs 1 worker: {rates[2] / rates[1]:.2f}x; 2 workers vs lmc run: "
+              f"{rates[2] / base:.2f}x")
+        startup, overhead, tail, elapsed = first
+        print(f"1-worker time line: start-up {startup:.2f} s, task overhead {overhead * 1e3:.0f} ms "
+              f"per partition, partitions {sum(elapsed):.1f} s (largest {max(elapsed):.2f} s), "
+              f"tail {tail:.2f} s")
+        work = sum(elapsed) + overhead * len(elapsed)
         for n in (8, 32):
-            projected = serial_s + max(work_s / n, longest)
-            print(f"projection {n} workers: {serial_s:.1f} s serial + {max(work_s / n, longest):.1f} s "
-                  f"partition work = {tokens / projected:,.0f} tokens/s "
-                  f"({(tokens / projected) / (tokens / single_s):.1f}x lmc run)")
+            busy = longest_first([e + overhead for e in elapsed], n)
+            projected = startup + busy + tail
+            even = startup + work / n + tail
+            print(f"projection {n} workers: {startup:.1f} + {busy:.1f} + {tail:.1f} s = "
+                  f"{projected:.1f} s = {tokens / projected:,.0f} tokens/s "
+                  f"({tokens / projected / base:.1f}x lmc run); with partitions small enough "
+                  f"to divide evenly {even:.1f} s ({single.wall / even:.1f}x); per token, "
+                  f"start-up and tail left out, {single.wall / (work / n):.1f}x")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

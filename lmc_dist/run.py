@@ -11,9 +11,11 @@ per partition (workers read their byte range themselves and write
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 import uuid
@@ -21,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import dask
 from distributed import Client, LocalCluster, as_completed
 from tqdm import tqdm
 
@@ -37,6 +40,14 @@ from .worker import (PLUGIN_NAME, ModelPool, PartitionTask, evaluate_partition, 
 
 LOG = logging.getLogger(__name__)
 DEFAULT_PARTITION_CHARS = 100_000
+EMBEDDED_CONFIG = {
+    "distributed.worker.profile.enabled": False,        # stack sampling every 10 ms
+    "distributed.admin.tick.interval": "1s",            # event-loop watchdog, 20 ms by default
+    "distributed.admin.system-monitor.interval": "5s",  # dashboard resource plots, 500 ms
+}
+"""Dask settings of the embedded cluster: its background work, which takes CPU from the models
+on the same cores, falls from about 6% to 3% of a core for one worker (BENCHMARKS.md,
+"scaling"); the dashboard loses the profile page and fine-grained resource plots."""
 
 
 @dataclass(frozen=True)
@@ -105,16 +116,17 @@ class RunReport:
 @contextlib.contextmanager
 def connect(job: DistJob) -> Iterator[Client]:
     """A client of ``job.scheduler``, or of an embedded LocalCluster (one worker process per
-    core, one thread each) that is shut down afterwards."""
+    core, one thread each, made with :data:`EMBEDDED_CONFIG`) that is shut down afterwards."""
     if job.scheduler:
         with Client(job.scheduler) as client:
             yield client
         return
     n = job.workers or os.cpu_count() or 1
-    with LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                      dashboard_address=_dashboard_address(), silence_logs=logging.ERROR) as cluster:
-        with Client(cluster) as client:
-            yield client
+    with dask.config.set(EMBEDDED_CONFIG):  # read when the scheduler, nannies, workers start
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                               dashboard_address=_dashboard_address(), silence_logs=logging.ERROR)
+    with cluster, Client(cluster) as client:
+        yield client
 
 
 def _dashboard_address() -> str | None:
@@ -186,9 +198,27 @@ def execute(job: DistJob) -> RunReport:
         manifest["finished"] = mf.now()
         mf.save(job.run_dir, manifest)
         if job.output:
-            write_log(read_log(job.run_dir), job.output, game=job.game.name)
+            write_output(job.run_dir, [p["file"] for p in manifest["partitions"]], job.output,
+                         job.game.name)
     return RunReport(stats=stats or {}, tokens=tokens, seconds=time.monotonic() - started,
                      workers=workers, partitions=len(tasks), failed=failed)
+
+
+def write_output(run_dir: str, part_files: list[str], output: str, game: str) -> None:
+    """Concatenate the partitions (in order) into the log file ``output``, atomically.
+
+    ``.jsonl.gz`` partitions going into a plain ``.jsonl`` file are decompressed and copied
+    byte for byte (they hold exactly the lines ``lmc run`` writes): no datum is parsed or
+    dumped again, which keeps this serial step of the client small.  Any other combination
+    reads the datums and writes them in the output's form.
+    """
+    if output.endswith(".jsonl") and all(f.endswith(".jsonl.gz") for f in part_files):
+        with atomic_path(output) as tmp, open(tmp, "wb") as out:
+            for name in part_files:
+                with gzip.open(os.path.join(run_dir, name), "rb") as part:
+                    shutil.copyfileobj(part, out, 1 << 20)
+        return
+    write_log(read_log(run_dir), output, game=game)
 
 
 def _summary(outcome) -> dict[str, Any]:
@@ -250,7 +280,7 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], do
                 summary = client.submit(_summary, future, pure=False).result()
                 tokens += summary["rows"]
                 entry.update(state="done", rows=summary["rows"], elapsed=summary["elapsed"],
-                             worker=summary["worker"], error=None)
+                             began=summary["began"], worker=summary["worker"], error=None)
             mf.save(job.run_dir, manifest)
             bar.update(1)
             rate = tokens / max(1e-9, time.monotonic() - start)

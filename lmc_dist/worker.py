@@ -28,6 +28,9 @@ from . import reduce
 from .partition import Partition, read_partition
 
 PLUGIN_NAME = "lmc-model-pool"
+PART_GZIP_LEVEL = 1
+"""gzip level of ``.jsonl.gz`` partition files: level 1 compresses a wc log about 3x faster
+than level 6 for files about 1.3x as large (BENCHMARKS.md, "scaling")."""
 
 
 def _spec_key(spec: Any) -> str:
@@ -159,11 +162,14 @@ class PartitionOutcome:
     elapsed: float
     worker: str
     state: Any = field(repr=False)
+    began: float = 0.0
 
     def summary(self) -> dict[str, Any]:
-        """The small, JSON-able part sent to the client."""
+        """The small, JSON-able part sent to the client (``began``: Unix time the task
+        started on its worker; with ``elapsed`` it places the task on a time line)."""
         return dict(index=self.index, rows=self.rows, characters=self.characters,
-                    elapsed=round(self.elapsed, 3), worker=self.worker)
+                    elapsed=round(self.elapsed, 3), worker=self.worker,
+                    began=round(self.began, 3))
 
 
 def evaluate_partition(task: PartitionTask) -> PartitionOutcome:
@@ -173,7 +179,7 @@ def evaluate_partition(task: PartitionTask) -> PartitionOutcome:
         ModelError: the model failed (naming user/message/token; the model is discarded).
         InputError: the partition's bytes are malformed.
     """
-    started = time.monotonic()
+    began, started = time.time(), time.monotonic()
     pool = current_pool()
     game = pool.game(task.game)
     messages = read_partition(task.input_path, task.partition, task.corpus_format,
@@ -189,7 +195,7 @@ def evaluate_partition(task: PartitionTask) -> PartitionOutcome:
     try:
         rows = write_log(observed(run_game(game, model, messages, train=task.train,
                                            first_message=task.partition.first_message)),
-                         task.output_path, game=task.game.name)
+                         task.output_path, game=task.game.name, compresslevel=PART_GZIP_LEVEL)
     except LmcError:
         pool.discard(task.predictor)
         raise
@@ -199,15 +205,16 @@ def evaluate_partition(task: PartitionTask) -> PartitionOutcome:
     return PartitionOutcome(index=task.partition.index, rows=rows,
                             characters=task.partition.characters,
                             elapsed=time.monotonic() - started, worker=_worker_name(),
-                            state=state)
+                            state=state, began=began)
 
 
 def state_of_existing_part(path: str, index: int, characters: int) -> PartitionOutcome:
     """The outcome of a partition finished by an earlier run (``--resume``), from its file."""
-    started = time.monotonic()
+    began, started = time.time(), time.monotonic()
     state = reduce.state_of_log(path)
     return PartitionOutcome(index=index, rows=reduce.rows_of(state), characters=characters,
-                            elapsed=time.monotonic() - started, worker=_worker_name(), state=state)
+                            elapsed=time.monotonic() - started, worker=_worker_name(), state=state,
+                            began=began)
 
 
 def _worker_name() -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import gzip
 import json
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, BinaryIO
 
@@ -50,6 +50,34 @@ def open_binary(path: str) -> BinaryIO:
     if path.endswith(".gz") or path.endswith(".gzip"):
         return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
     return raw
+
+
+def line_batches(read: Callable[[int], bytes], size: int = 1 << 16) -> Iterator[list[bytes]]:
+    """The lines of a binary stream (split on LF only, LF kept), a list per ``read(size)``
+    call that completed at least one line; a last line without LF comes alone at the end.
+
+    With ``read`` a ``read1`` every line of a batch had arrived before the batch is yielded
+    (the protocol server answers them, then flushes); with a plain ``read`` of large blocks
+    it is a fast way through a big file.
+    """
+    partial: list[bytes] = []  # pieces of a line still missing its LF
+    while True:
+        chunk = read(size)
+        if not chunk:
+            break
+        if b"\n" not in chunk:
+            partial.append(chunk)
+            continue
+        if partial:
+            chunk = b"".join(partial) + chunk
+            partial = []
+        lines = chunk.split(b"\n")
+        rest = lines.pop()
+        if rest:
+            partial.append(rest)
+        yield [line + b"\n" for line in lines]
+    if partial:
+        yield [b"".join(partial)]
 
 
 def looks_like_json_row(line: str) -> bool:

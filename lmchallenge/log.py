@@ -143,18 +143,19 @@ def load_jsonlines(filename: str) -> Iterator[Datum]:
     return _iter_jsonlines(filename)
 
 
-def dump_jsonlines(data: Iterable[Datum], filename: str = "-") -> None:
+def dump_jsonlines(data: Iterable[Datum], filename: str = "-", compresslevel: int = 6) -> None:
     """Write ``data`` as jsonlines (sorted keys, as LM Challenge 5.x) to ``filename``.
 
-    ``.gz`` names are gzipped; ``-`` is stdout.  A file is written to a temporary
-    name next to it and renamed when complete, so a failed run leaves no partial log.
+    ``.gz`` names are gzipped (at ``compresslevel``); ``-`` is stdout.  A file is written
+    to a temporary name next to it and renamed when complete, so a failed run leaves no
+    partial log.
     """
     if filename == "-":
         write_jsonlines(data, sys.stdout)
         return
     with atomic_path(filename) as tmp:
         if is_gzip_name(filename):
-            with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=6) as f:
+            with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=compresslevel) as f:
                 write_jsonlines(data, f)
         else:
             with open(tmp, "w", encoding="utf-8") as f:
@@ -244,13 +245,15 @@ def _iter_parts(parts: list[Path]) -> Iterator[Datum]:
         yield from read_log(str(part))
 
 
-def write_log(data: Iterable[Datum], path: str, game: str | None = None) -> int:
+def write_log(data: Iterable[Datum], path: str, game: str | None = None,
+              compresslevel: int = 6) -> int:
     """Write a log to ``path`` in the form its name says (``-``, .jsonl, .jsonl.gz, .parquet).
 
     Args:
         data: log datums.
         path: destination.
         game: ``wc``/``we``/``ce``/``wr`` when known (fixes the Parquet schema of an empty log).
+        compresslevel: gzip level of a ``.gz`` destination.
     Returns:
         The number of datums written.
     """
@@ -258,7 +261,7 @@ def write_log(data: Iterable[Datum], path: str, game: str | None = None) -> int:
         from . import parquet
         return parquet.write_parquet(data, path, game=game)
     counted = _Counted(data)
-    dump_jsonlines(counted, path)
+    dump_jsonlines(counted, path, compresslevel=compresslevel)
     return counted.n
 
 

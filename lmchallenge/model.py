@@ -271,6 +271,10 @@ class ShellModel(Model):
 
     Requests are pipelined: up to ``window`` predict requests are in flight while answers
     are read in order, so the round trip per request disappears (DESIGN.md, "Pipelining").
+    The window is topped up once half of it has been answered (not after every answer), so
+    the model reads its requests in batches of about ``window / 2`` lines, and a model that
+    flushes its answers in batches too (``lmchallenge.models.protocol.serve``) costs both
+    processes a few system calls and wake-ups per batch rather than per request.
     One thread multiplexes both pipes with ``select`` (requests are written in large
     batches, answers read in large chunks); stderr is drained by a thread that keeps its
     tail for error messages.
@@ -352,14 +356,16 @@ class ShellModel(Model):
         inbox = b""
         exhausted = False
         window = self.window
+        refill_below = window - max(1, window // 2)  # top up once half the window is answered
 
         def unanswered() -> str | None:
             return sent[answered].rstrip("\n") if answered < len(sent) else None
 
         while True:
-            room = min(window - (len(sent) - answered), 512)
-            if not exhausted and room > 0 and len(outbox) < 65536:
+            in_flight = len(sent) - answered
+            if not exhausted and in_flight <= refill_below and len(outbox) < 65536:
                 # at most `room` requests, so at most `room` more predicts in flight
+                room = min(window - in_flight, 512)
                 batch = list(itertools.islice(requests, room))
                 exhausted = len(batch) < room
                 lines = [encode_request(request) for request in batch]

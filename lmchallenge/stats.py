@@ -30,6 +30,7 @@ and ``prediction.mrr`` (mean reciprocal rank) over selected tokens, ``completion
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import io
 import itertools
@@ -63,6 +64,7 @@ _SCALE_BITS = 1127  # every finite double is an integer multiple of 2**-1127 (10
 
 # --- fingerprint ---------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=1 << 16)  # users and words repeat: most tokens hit the cache
 def string_hash(value: str) -> int:
     """The column hash of a string: the first 8 bytes of its UTF-8 MD5, little-endian."""
     return int.from_bytes(hashlib.md5(value.encode("utf-8")).digest()[:8], "little")

@@ -111,17 +111,21 @@ def commits(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.mark.parametrize("partition_chars", [500, 4000, 10**9])
-def test_embedded_cluster_matches_lmc_run(tmp_path, commits, partition_chars):
+@pytest.mark.parametrize("partition_chars, out_format", [(500, "parquet"), (4000, "parquet"),
+                                                        (10**9, "parquet"), (4000, "jsonl")])
+def test_embedded_cluster_matches_lmc_run(tmp_path, commits, partition_chars, out_format):
     expected = lmc_run(["wc", "-p"], commits)
     run_dir = tmp_path / "run"
     result = lmc_dist(["run", toy_model_command(), "wc", "-p", "--input", str(commits),
-                       "--run-dir", str(run_dir), "--workers", "2",
+                       "--run-dir", str(run_dir), "--workers", "2", "--format", out_format,
                        "--partition-chars", str(partition_chars), "--output", str(tmp_path / "all.jsonl")])
     assert (tmp_path / "all.jsonl").read_bytes() == expected
     manifest = json.loads((run_dir / "_manifest.json").read_text())
     assert all(p["state"] == "done" for p in manifest["partitions"])
-    parts = sorted(run_dir.glob("part-*.parquet"))
+    # each partition is placed on a time line: began (Unix time on its worker) + elapsed
+    assert all(0 < p["began"] - time.time() + 600 < 600 and p["elapsed"] >= 0
+               for p in manifest["partitions"])
+    parts = sorted(run_dir.glob("part-*." + ("parquet" if out_format == "parquet" else "jsonl.gz")))
     assert len(parts) == len(manifest["partitions"])
     if partition_chars == 500:
         assert len(parts) > 20

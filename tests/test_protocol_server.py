@@ -103,6 +103,48 @@ def test_last_line_without_newline_is_answered():
     assert out == b"d\t-1.0\ttab here\t-2.0\n"
 
 
+class ChunkedSource:
+    """Request bytes handed out in given chunks (as a pipe would), recording at each read
+    the answers the sink already holds."""
+
+    def __init__(self, chunks: list[bytes], sink: "CountingSink"):
+        self.chunks = list(chunks)
+        self.sink = sink
+        self.seen_at_read: list[int] = []
+
+    def read1(self, size: int = -1) -> bytes:
+        self.seen_at_read.append(self.sink.getvalue().count(b"\n"))
+        return self.chunks.pop(0) if self.chunks else b""
+
+
+class CountingSink(io.BytesIO):
+    """A sink that counts its write calls (one per flushed batch of answers)."""
+
+    writes = 0
+
+    def write(self, data) -> int:
+        self.writes += 1
+        return super().write(data)
+
+
+def test_answers_are_flushed_before_waiting_for_more_requests():
+    sink = CountingSink()
+    source = ChunkedSource([b"predict\ta\npredict\tb\ntrain\tx\npredict\tc\n",
+                            b"predict\td\npredict\t", b"e\n"], sink)
+    protocol.serve(RecordingModel(), source, sink, io.StringIO())
+    assert sink.getvalue() == b"".join(bytes([ch]) + b"\t-1.0\ttab here\t-2.0\n" for ch in b"abcde")
+    # before each read, every request of the chunks read so far is answered
+    assert source.seen_at_read == [0, 3, 4, 5]
+
+
+def test_pipelined_answers_are_written_in_batches():
+    sink = CountingSink()
+    requests = b"".join(b"predict\t%d\n" % i for i in range(40))
+    protocol.serve(RecordingModel(), ChunkedSource([requests], sink), sink, io.StringIO())
+    assert sink.getvalue().count(b"\n") == 40
+    assert sink.writes == 3  # 16 + 16 + 8 answers, not one write per answer
+
+
 def test_run_loop_on_text_streams():
     model = RecordingModel()
     out, err = io.StringIO(), io.StringIO()

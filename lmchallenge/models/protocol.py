@@ -9,9 +9,13 @@ by TAB, one command a line:
 
 :func:`serve` runs that loop for any object with ``predict(context, candidates)``,
 ``train(text)`` and ``clear()`` (``train``/``clear`` optional).  It never leaves a client
-waiting: every ``predict`` gets exactly one answer line, flushed at once, even when the
-request is malformed (not UTF-8) or the model raises (a message goes to stderr and the
-answer is an empty line); a bad ``train``/``clear``/unknown command only writes to stderr.
+waiting: every ``predict`` gets exactly one answer line, even when the request is malformed
+(not UTF-8) or the model raises (a message goes to stderr and the answer is an empty line);
+a bad ``train``/``clear``/unknown command only writes to stderr.  Answers are flushed
+whenever the requests already received are used up (before the loop waits for more input)
+and every :data:`FLUSH_EVERY` answers in between, so a client that sends one request and
+waits gets its answer at once, while a pipelining client gets its answers in batches (one
+system call per batch on either side, not one per answer).
 Lines are split on LF only (a CR inside a context is text).  Scores are written with
 ``repr`` (the shortest text that reads back as the same float).
 """
@@ -23,7 +27,11 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import IO, Any
 
+from ..corpus import line_batches
 from ..model import protocol_text
+
+FLUSH_EVERY = 16
+"""Requests answered between flushes while more requests are already waiting."""
 
 
 def format_answer(results: Iterable[tuple[str, float | None]]) -> str:
@@ -94,22 +102,37 @@ def serve(model: Any, input_stream: IO | None = None, output_stream: IO | None =
     """
     source = _binary(input_stream if input_stream is not None else sys.stdin)
     sink = _binary(output_stream if output_stream is not None else sys.stdout)
+    if isinstance(sink, io.RawIOBase):  # sys.stdout.buffer under python -u: writes may be short
+        sink = io.BufferedWriter(sink)
     errors = error_stream if error_stream is not None else sys.stderr
-    for raw in iter(source.readline, b""):
-        handle(model, raw, sink, errors)
-        sink.flush()
+    answers = io.BytesIO()  # gathered here, written to the sink in one call per flush
+    read = getattr(source, "read1", None) or source.read  # read1: what is there, one call
+    for lines in line_batches(read):
+        for count, raw in enumerate(lines, start=1):
+            handle(model, raw, answers, errors)
+            if count % FLUSH_EVERY == 0:
+                _flush(answers, sink)
+        _flush(answers, sink)  # the requests read so far are answered: flush before waiting
+
+
+def _flush(answers: io.BytesIO, sink: Any) -> None:
+    """Write the buffered ``answers`` to ``sink`` in one call and flush it."""
+    if answers.tell():
+        sink.write(answers.getvalue())
+        answers.seek(0)
+        answers.truncate()
     sink.flush()
 
 
 class _TextAdapter:
-    """Adapts a text stream (``io.StringIO``) to the bytes ``readline``/``write``/``flush``
+    """Adapts a text stream (``io.StringIO``) to the bytes ``read1``/``write``/``flush``
     that :func:`serve` uses."""
 
     def __init__(self, stream: IO[str]):
         self._stream = stream
 
-    def readline(self) -> bytes:
-        return self._stream.readline().encode("utf-8")
+    def read1(self, size: int = -1) -> bytes:
+        return self._stream.read(size).encode("utf-8")
 
     def write(self, data: bytes) -> None:
         self._stream.write(data.decode("utf-8"))
