@@ -248,3 +248,22 @@ def test_bad_corpus_stops_before_any_model(tmp_path):
     assert result.returncode == 2
     assert f'{corpus}:2: row has no "text"' in result.stderr.decode()
     assert not list((tmp_path / "run").glob("part-*"))
+
+
+def _embedded_settings() -> dict:
+    import dask
+    from lmc_dist.run import EMBEDDED_CONFIG
+    return {key: dask.config.get(key) for key in EMBEDDED_CONFIG}
+
+
+def test_embedded_cluster_workers_run_with_its_quiet_settings():
+    """The worker processes of the embedded cluster see EMBEDDED_CONFIG (less background CPU
+    beside the models), and the settings do not leak into the calling process."""
+    from types import SimpleNamespace
+
+    import dask
+    from lmc_dist.run import EMBEDDED_CONFIG, connect
+    with connect(SimpleNamespace(scheduler=None, workers=1)) as client:
+        seen = client.run(_embedded_settings)
+    assert list(seen.values()) == [EMBEDDED_CONFIG]
+    assert dask.config.get("distributed.worker.memory.monitor-interval") == "100ms"
