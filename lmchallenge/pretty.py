@@ -362,7 +362,8 @@ def fmt(value: float | None, float_format: str) -> str:
 def position_rows(datum: Datum) -> list[tuple[str, str]]:
     """Where the token is: user, message, token, character."""
     return [("target", repr(datum["target"])[1:-1] if "\n" in datum["target"] else datum["target"]),
-            ("user", str(datum.get("user"))), ("message", str(datum.get("message"))),
+            ("user", "(none)" if datum.get("user") is None else str(datum["user"])),
+            ("message", str(datum.get("message"))),
             ("token", str(datum.get("token"))), ("character", str(datum.get("character"))),
             ("selected", "yes" if is_selected(datum) else "no (deselected by grep)")]
 
@@ -487,9 +488,16 @@ def page_lines(data: Sequence[Datum], renderer: Renderer,
                       if text],
             })
             index += 1
-        first = message[0]
-        lines.append({"label": f"{first.get('user')} · {first.get('message')}", "tokens": tokens})
+        lines.append({"label": message_label(message[0]), "tokens": tokens})
     return lines
+
+
+def message_label(datum: Datum) -> str:
+    """The label of a message's line on a page: ``USER · MESSAGE``, or ``message MESSAGE``
+    for a log without users (plain-text corpora have user null)."""
+    if datum.get("user") is None:
+        return f"message {datum.get('message')}"
+    return f"{datum['user']} · {datum.get('message')}"
 
 
 def flat_stats(stats: dict[str, Any], float_format: str, prefix: str = "") -> dict[str, str]:

@@ -296,3 +296,19 @@ def test_cli_html_output():
     assert result.exit_code == 0
     assert result.output.startswith("<!DOCTYPE html>")
     assert "\x1b[" not in result.output
+
+
+def test_message_labels_of_html_lines():
+    from lmchallenge.pretty import message_label
+    assert message_label({"user": None, "message": 3}) == "message 3"
+    assert message_label({"user": "ada@x", "message": 0}) == "ada@x \u00b7 0"
+    assert message_label({"user": "", "message": 1}) == " \u00b7 1"
+
+
+def test_token_details_name_a_missing_user_in_words():
+    from lmchallenge.pretty import position_rows
+    rows = dict(position_rows({"user": None, "message": 0, "token": 1, "character": 4,
+                               "target": "book"}))
+    assert rows["user"] == "(none)"
+    assert dict(position_rows({"user": "ada", "message": 0, "token": 1, "character": 4,
+                               "target": "book"}))["user"] == "ada"
