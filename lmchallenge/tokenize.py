@@ -231,6 +231,10 @@ class WordTokenizer:
         """The full pattern's source."""
         return full_word_pattern().pattern
 
+    def __getattr__(self, name: str):
+        # the rest of the compiled-pattern API (match, search, sub, split, ...): the full one
+        return getattr(full_word_pattern(), name)
+
 
 @lru_cache(maxsize=1)
 def word_tokenizer() -> WordTokenizer:
@@ -255,7 +259,7 @@ class _LazyPattern:
 
 
 WORD_TOKENIZER = _LazyPattern(word_tokenizer)
-"""The word tokenizer (a ``regex`` pattern: ``finditer``, ``findall``, ``pattern``, ...)."""
+"""The word tokenizer (:class:`WordTokenizer`: used like a compiled ``regex`` pattern)."""
 
 CHARACTER_TOKENIZER = _LazyPattern(character_tokenizer)
 """The character tokenizer (a ``regex`` pattern)."""

@@ -19,8 +19,8 @@ import emoji
 import pytest
 
 from conftest import DATA
-from lmchallenge.tokenize import (Token, ascii_word_pattern, character_tokenizer, find_tokens,
-                                  full_word_pattern, word_tokenizer, words)
+from lmchallenge.tokenize import (Token, ascii_word_pattern, character_tokenizer, emoji_sequences,
+                                  find_tokens, full_word_pattern, word_tokenizer, words)
 
 # --- unit tests: exact tokens (each expectation is also checked against the reference) ---
 
@@ -89,6 +89,14 @@ def test_ascii_fast_path_is_the_full_tokenizer():
         assert word_tokenizer().pattern_for(text) is ascii_word_pattern()
         assert words(text) == full_word_pattern().findall(text), repr(text)
     assert word_tokenizer().pattern_for("caf\u00e9") is full_word_pattern()
+    assert not [e for e in emoji_sequences() if e.isascii()]  # the fast path's premise
+
+
+def test_word_tokenizer_has_the_pattern_api():
+    tokenizer = word_tokenizer()
+    assert tokenizer.sub("_", "a, b") == "__ _"
+    assert tokenizer.match("don't").group() == "don't"
+    assert tokenizer.findall("a b", 1) == ["b"]
 
 
 def test_find_tokens_indexes_code_points():
