@@ -129,7 +129,10 @@ class ExactSum:
         mantissa, exponent = np.frexp(values)
         integers = (mantissa * 2.0 ** 53).astype(np.int64)   # exact: |mantissa| < 1
         high, low = integers >> 26, integers & ((1 << 26) - 1)
-        for e in np.unique(exponent):
+        if not len(exponent):
+            return
+        lowest = int(exponent.min())  # distinct exponents by counting (np.unique imports numpy.ma)
+        for e in np.flatnonzero(np.bincount(exponent - lowest)) + lowest:
             chosen = exponent == e
             total = (int(high[chosen].sum()) << 26) + int(low[chosen].sum())
             self.scaled += total << (int(e) - 53 + _SCALE_BITS)
