@@ -27,7 +27,8 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from . import columnar, stats
-from .log import open_binary, read_errors
+from .corpus import open_binary, whole_line_blocks
+from .log import read_errors
 
 BLOCK_BYTES = 16 << 20
 """Bytes of whole lines read, parsed and reduced at once (a longer line is one block)."""
@@ -97,21 +98,10 @@ def _parsed_blocks(path: str, block_bytes: int) -> Iterator[Block]:
 
 def _blocks(stream: IO[bytes], block_bytes: int) -> Iterator[tuple[int, bytes]]:
     """``(first line number, bytes)`` of consecutive runs of whole lines of ``stream``."""
-    line, rest = 1, b""
-    while True:
-        chunk = stream.read(block_bytes)
-        if not chunk:
-            break
-        data = rest + chunk
-        end = data.rfind(b"\n") + 1
-        if end == 0:        # no newline yet: a long line
-            rest = data
-            continue
-        rest = data[end:]
-        yield line, data[:end]
-        line += data.count(b"\n", 0, end)
-    if rest:
-        yield line, rest
+    line = 1
+    for data in whole_line_blocks(stream.read, block_bytes):
+        yield line, data
+        line += data.count(b"\n")
 
 
 def _fits_schema(data: bytes) -> bool:

@@ -13,6 +13,7 @@ Formats (``../shared/seeds/001_a51f61792860ca8b.txt``, "Corpus format"; DESIGN.m
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import sys
@@ -42,42 +43,39 @@ class Message:
     line: int = 0
 
 
-def open_binary(path: str) -> BinaryIO:
-    """Open ``path`` for reading bytes, gunzipping ``.gz``; ``-`` is standard input."""
-    if path == "-":
-        return sys.stdin.buffer
-    raw = open(path, "rb")
-    if path.endswith(".gz") or path.endswith(".gzip"):
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
-    return raw
+def open_binary(path: str) -> contextlib.AbstractContextManager[BinaryIO]:
+    """Open ``path`` for reading bytes, gunzipping ``.gz``/``.gzip``; ``-`` is standard input
+    (left open when the context ends).
 
-
-def line_batches(read: Callable[[int], bytes], size: int = 1 << 16) -> Iterator[list[bytes]]:
-    """The lines of a binary stream (split on LF only, LF kept), a list per ``read(size)``
-    call that completed at least one line; a last line without LF comes alone at the end.
-
-    With ``read`` a ``read1`` every line of a batch had arrived before the batch is yielded
-    (the protocol server answers them, then flushes); with a plain ``read`` of large blocks
-    it is a fast way through a big file.
+    Raises:
+        OSError: the file cannot be opened (FileNotFoundError when it does not exist).
     """
-    partial: list[bytes] = []  # pieces of a line still missing its LF
-    while True:
-        chunk = read(size)
-        if not chunk:
-            break
-        if b"\n" not in chunk:
+    if path == "-":
+        return contextlib.nullcontext(sys.stdin.buffer)
+    if path.endswith((".gz", ".gzip")):
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return open(path, "rb")
+
+
+def whole_line_blocks(read: Callable[[int], bytes], size: int = 1 << 16) -> Iterator[bytes]:
+    """Consecutive runs of whole lines (each ending in LF) of a binary stream: one per
+    ``read(size)`` call that completed a line, then what follows the last LF, if anything.
+
+    With ``read`` a ``read1`` (what has arrived, in one call) a run is every line received
+    so far (the protocol server answers them, then flushes); with a plain ``read``, runs of
+    about ``size`` bytes (a line longer than that is one run).
+    """
+    partial: list[bytes] = []  # read, not yet ended by an LF
+    while chunk := read(size):
+        end = chunk.rfind(b"\n") + 1
+        if not end:
             partial.append(chunk)
             continue
-        if partial:
-            chunk = b"".join(partial) + chunk
-            partial = []
-        lines = chunk.split(b"\n")
-        rest = lines.pop()
-        if rest:
-            partial.append(rest)
-        yield [line + b"\n" for line in lines]
+        partial.append(chunk[:end])
+        yield b"".join(partial)
+        partial = [chunk[end:]] if end < len(chunk) else []
     if partial:
-        yield [b"".join(partial)]
+        yield b"".join(partial)
 
 
 def looks_like_json_row(line: str) -> bool:
@@ -174,19 +172,17 @@ def read_corpus(path: str, fmt: str = "auto") -> Iterator[Message]:
         InputError: the file is missing, or a line is malformed (file and line named).
     """
     try:
-        stream = open_binary(path)
+        opened = open_binary(path)
     except FileNotFoundError:
         raise InputError(path, None, "no such file") from None
     except OSError as e:
         raise InputError(path, None, f"cannot open: {e.strerror}") from None
     name = "<stdin>" if path == "-" else path
-    try:
-        yield from parse_lines(decode_lines(stream, name), name, fmt)
-    except (OSError, EOFError) as e:  # e.g. a truncated or corrupt .gz
-        raise InputError(name, None, f"cannot read: {e}") from None
-    finally:
-        if path != "-":
-            stream.close()
+    with opened as stream:
+        try:
+            yield from parse_lines(decode_lines(stream, name), name, fmt)
+        except (OSError, EOFError) as e:  # e.g. a truncated or corrupt .gz
+            raise InputError(name, None, f"cannot read: {e}") from None
 
 
 def messages_from_data(data: Iterable[str | dict | Message]) -> Iterator[Message]:

@@ -79,19 +79,6 @@ def run_dir_parts(path: str) -> list[Path]:
     return sorted(parts, key=lambda p: p.name)
 
 
-def open_binary(path: str) -> contextlib.AbstractContextManager[IO[bytes]]:
-    """Open ``path`` for reading bytes, gunzipping ``.gz``; ``-`` is stdin (left open).
-
-    Raises:
-        OSError: the file cannot be opened (FileNotFoundError when it does not exist).
-    """
-    if path == "-":
-        return contextlib.nullcontext(sys.stdin.buffer)
-    if is_gzip_name(path):
-        return gzip.open(path, "rb")
-    return open(path, "rb")
-
-
 def parse_jsonlines(lines: Iterable[str], path: str, first_line: int = 1) -> Iterator[tuple[int, Datum]]:
     """``(line number, datum)`` for each non-blank line of a jsonlines log.
 

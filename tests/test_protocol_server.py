@@ -127,6 +127,14 @@ class CountingSink(io.BytesIO):
         return super().write(data)
 
 
+def test_whole_line_blocks_cut_at_the_last_line_feed_of_each_read():
+    from lmchallenge.corpus import whole_line_blocks
+    chunks = iter([b"a\nb", b"c", b"d\ne\nf", b"\n\n", b"tail", b""])
+    assert list(whole_line_blocks(lambda size: next(chunks))) == [
+        b"a\n", b"bcd\ne\n", b"f\n\n", b"tail"]
+    assert list(whole_line_blocks(io.BytesIO(b"").read)) == []
+
+
 def test_answers_are_flushed_before_waiting_for_more_requests():
     sink = CountingSink()
     source = ChunkedSource([b"predict\ta\npredict\tb\ntrain\tx\npredict\tc\n",

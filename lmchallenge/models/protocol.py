@@ -27,7 +27,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import IO, Any
 
-from ..corpus import line_batches
+from ..corpus import whole_line_blocks
 from ..model import protocol_text
 
 FLUSH_EVERY = 16
@@ -107,7 +107,10 @@ def serve(model: Any, input_stream: IO | None = None, output_stream: IO | None =
     errors = error_stream if error_stream is not None else sys.stderr
     answers = io.BytesIO()  # gathered here, written to the sink in one call per flush
     read = getattr(source, "read1", None) or source.read  # read1: what is there, one call
-    for lines in line_batches(read):
+    for block in whole_line_blocks(read):
+        lines = block.split(b"\n")
+        if not lines[-1]:
+            lines.pop()  # the block ended with its last line's LF
         for count, raw in enumerate(lines, start=1):
             handle(model, raw, answers, errors)
             if count % FLUSH_EVERY == 0:
