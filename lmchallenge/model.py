@@ -419,18 +419,14 @@ class ShellModel(Model):
         """Parse answer ``lines``, the answers to ``sent[answered:]``: all of them and
         ``None``, or those before the first malformed line and the error naming it and its
         query."""
-        try:
-            return list(map(parse_answer, lines)), None
-        except ValueError:
-            pass
-        answers = []
+        answers: list[Result] = []
         for line in lines:
             try:
                 answers.append(parse_answer(line))
             except ValueError as e:
                 query = sent[answered + len(answers)].rstrip("\n")
                 return answers, self._failure(f"malformed answer {line[:200]!r}: {e}", query)
-        raise AssertionError("unreachable: a line failed to parse once only")
+        return answers, None
 
     def close(self) -> None:
         """Close the model's stdin and wait for it to exit (killed after ``timeout``)."""

@@ -126,11 +126,11 @@ class ExactSum:
         if not finite.all():
             self.nonfinite += float(values[~finite].sum())
             values = values[finite]
+        if not len(values):
+            return
         mantissa, exponent = np.frexp(values)
         integers = (mantissa * 2.0 ** 53).astype(np.int64)   # exact: |mantissa| < 1
         high, low = integers >> 26, integers & ((1 << 26) - 1)
-        if not len(exponent):
-            return
         lowest = int(exponent.min())  # distinct exponents by counting (np.unique imports numpy.ma)
         for e in np.flatnonzero(np.bincount(exponent - lowest)) + lowest:
             chosen = exponent == e
