@@ -208,7 +208,7 @@ def ascii_word_pattern() -> regex.Pattern:
 
 class WordTokenizer:
     """The word tokenizer, used like a compiled ``regex`` pattern (``finditer``,
-    ``findall``, ``pattern``).
+    ``findall``, ``pattern``, ...).
 
     ASCII strings (most text) are tokenized by :func:`ascii_word_pattern`, others by
     :func:`full_word_pattern`, which is compiled only when first needed.
@@ -226,13 +226,11 @@ class WordTokenizer:
         """The tokens of ``string`` from code point ``pos`` on."""
         return self.pattern_for(string).findall(string, pos)
 
-    @property
-    def pattern(self) -> str:
-        """The full pattern's source."""
-        return full_word_pattern().pattern
-
     def __getattr__(self, name: str):
-        # the rest of the compiled-pattern API (match, search, sub, split, ...): the full one
+        # the rest of the compiled-pattern API (pattern, match, sub, ...): the full pattern's;
+        # not special names, so copy and pickle treat this object as itself
+        if name.startswith("__"):
+            raise AttributeError(name)
         return getattr(full_word_pattern(), name)
 
 
@@ -248,21 +246,12 @@ def character_tokenizer() -> regex.Pattern:
     return regex.compile(r".|\n", flags=regex.MULTILINE)
 
 
-class _LazyPattern:
-    """A module attribute that compiles its pattern on first use (keeps imports fast)."""
+WORD_TOKENIZER = word_tokenizer()
+"""The word tokenizer (:class:`WordTokenizer`: used like a compiled ``regex`` pattern; its
+patterns are compiled on first use)."""
 
-    def __init__(self, factory):
-        self._factory = factory
-
-    def __getattr__(self, name):
-        return getattr(self._factory(), name)
-
-
-WORD_TOKENIZER = _LazyPattern(word_tokenizer)
-"""The word tokenizer (:class:`WordTokenizer`: used like a compiled ``regex`` pattern)."""
-
-CHARACTER_TOKENIZER = _LazyPattern(character_tokenizer)
-"""The character tokenizer (a ``regex`` pattern)."""
+CHARACTER_TOKENIZER = character_tokenizer()
+"""The character tokenizer (a compiled ``regex`` pattern)."""
 
 
 @dataclass(slots=True)

@@ -97,6 +97,11 @@ def test_word_tokenizer_has_the_pattern_api():
     assert tokenizer.sub("_", "a, b") == "__ _"
     assert tokenizer.match("don't").group() == "don't"
     assert tokenizer.findall("a b", 1) == ["b"]
+    assert tokenizer.pattern == full_word_pattern().pattern
+    import copy
+    import pickle
+    assert type(copy.deepcopy(tokenizer)) is type(pickle.loads(pickle.dumps(tokenizer))) \
+        is type(tokenizer)
 
 
 def test_find_tokens_indexes_code_points():
