@@ -144,6 +144,12 @@ def _string_leaves(parquet_file: pq.ParquetFile) -> list[str]:
     return leaves
 
 
+# Batches are decoded on the prefetch thread while the main thread reduces: on two cores,
+# Arrow's own decoding threads would only compete with the reduction (measured: more wall
+# time and more page faults); with more cores they have cores of their own.
+_DECODE_THREADS = (os.cpu_count() or 1) > 2
+
+
 def _batches(path: str, batch_rows: int) -> Iterator[pa.RecordBatch]:
     for name in _files(path):
         parquet_file = parquet._open(name)
@@ -156,7 +162,7 @@ def _batches(path: str, batch_rows: int) -> Iterator[pa.RecordBatch]:
             # join nested dictionary columns of two row groups into one batch
             for group in range(parquet_file.num_row_groups):
                 yield from parquet_file.iter_batches(batch_size=batch_rows, row_groups=[group],
-                                                     columns=columns)
+                                                     columns=columns, use_threads=_DECODE_THREADS)
         except (OSError, pa.ArrowException) as e:
             raise InputError(name, None, f"cannot read the Parquet log: {e}") from None
 
@@ -218,11 +224,17 @@ class _Codes:
     in a dictionary do not matter); ``null`` for a null.  Codes are looked up only where
     asked (:meth:`at`), so a large array costs little when few of its strings are compared.
 
+    Args:
+        array: strings, plain or dictionary-encoded.
+        null: the code of a null string.
+        pad: positions ``len(array)`` to ``len(array) + pad - 1`` may be asked too; their
+            code is ``null``.
+
     Attributes:
         values: the dictionary (a string array).
     """
 
-    def __init__(self, array: pa.Array, null: int = -1):
+    def __init__(self, array: pa.Array, null: int = -1, pad: int = 0):
         encoded = _encoded(array)
         self.values = encoded.dictionary
         first = np.empty(len(self.values) + 1, dtype=np.int64)
@@ -230,17 +242,19 @@ class _Codes:
         first[-1] = null
         self._first = first
         indices = encoded.indices
+        # no nulls and no duplicates in the dictionary (the usual case): codes are indices
+        self._direct = not indices.null_count and bool(
+            np.array_equal(first[:-1], np.arange(len(self.values))))
         if indices.null_count:
             self._indices = _filled(indices, len(self.values))
         else:    # a view of the index buffer
             self._indices = np.frombuffer(indices.buffers()[1], dtype=_DTYPES[indices.type])[
                 indices.offset:indices.offset + len(indices)]
-        # no nulls and no duplicates in the dictionary (the usual case): codes are indices
-        self._direct = not indices.null_count and bool(
-            np.array_equal(first[:-1], np.arange(len(self.values))))
+        if pad:
+            self._indices = np.concatenate(
+                (self._indices, np.full(pad, null if self._direct else len(self.values),
+                                        dtype=self._indices.dtype)))
 
-    def __len__(self) -> int:
-        return len(self._indices)
 
     def at(self, positions: np.ndarray) -> np.ndarray:
         """The integer codes at ``positions`` (an integer array)."""
@@ -264,11 +278,11 @@ def _string_hashes(array: pa.Array, cache: dict[str, int]) -> np.ndarray:
             h = cache[value] = stats.string_hash(value)
         hashes[i] = h
     hashes[-1] = _NULL_HASH
-    return hashes[_filled(encoded.indices, len(uniques)).astype(np.int64)]
+    return hashes[_filled(encoded.indices, len(uniques))]
 
 
 def _int_hashes(array: pa.Array) -> np.ndarray:
-    values = _filled(array, 0).astype(np.int64).astype(np.uint64) * _INT_FACTOR
+    values = _filled(array, 0).astype(np.int64, copy=False).view(np.uint64) * _INT_FACTOR
     if array.null_count:
         values[_bools(array.is_null())] = _NULL_HASH
     return values
@@ -378,17 +392,16 @@ class _Targets:
         return _filled(pc.index_in(self.values, value_set=candidates), -1).astype(np.int64)
 
     def rests_in(self, candidates: pa.Array, width: int) -> np.ndarray:
-        """``table[v, j]``: the index in ``candidates`` of distinct target ``v`` without its
-        first ``j`` code points (``target[j:]``), for ``j < width``; -1 where absent."""
-        empties = np.flatnonzero(_filled(pc.utf8_length(candidates), -1) == 0)
-        empty = empties[0] if len(empties) else -1       # the first "", as index_in finds it
-        table = np.full((len(self.values), width), empty, dtype=np.int64)
-        for j in range(width):
-            longer = np.flatnonzero(self.value_lengths > j)
-            if len(longer) == 0:
-                break
-            rests = pc.utf8_slice_codeunits(self.values.take(_arrow(longer)), start=j)
-            table[longer, j] = _filled(pc.index_in(rests, value_set=candidates), -1)
+        """``table[j, v]``: the index in ``candidates`` of distinct target ``v`` without its
+        first ``j`` code points (``target[j:]``, ``""`` for ``j`` past its end), for
+        ``j < width``; -1 where absent.  Shape ``(width, len(values))``, int64."""
+        # the rests of every target at j = 0 .. longest (where all are ""), found at once
+        cut = min(width, int(self.value_lengths.max(initial=0)) + 1)
+        rests = pa.chunked_array([pc.utf8_slice_codeunits(self.values, start=j) for j in range(cut)],
+                                 type=self.values.type)
+        table = np.empty((width, len(self.values)), dtype=np.int64)
+        table[:cut] = _filled(pc.index_in(rests, value_set=candidates), -1).reshape(cut, -1)
+        table[cut:] = table[cut - 1]      # "" for every target
         return table
 
 
@@ -410,15 +423,17 @@ def _list_layout(array: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
 
 
 def _layout(lists: pa.Array) -> tuple[np.ndarray, np.ndarray, pa.Array]:
-    """``(start, length, values)`` of a list array: per list, the int64 offset of its first
-    element in ``values`` (the whole child array) and its length (0 for a null list)."""
+    """``(start, length, values)`` of a list array (32-bit offsets): per list, the int32
+    offset of its first element in ``values`` (the whole child array) and its length (0 for
+    a null list)."""
     if isinstance(lists, pa.ChunkedArray):
         lists = lists.combine_chunks()
-    offsets = lists.offsets
-    start = np.frombuffer(offsets.buffers()[1], dtype=np.int32)[
-        offsets.offset:offsets.offset + len(lists)].astype(np.int64)
-    length = _filled(pc.list_value_length(lists), 0).astype(np.int64)
-    return start, length, lists.values
+    n = len(lists)
+    offsets = np.frombuffer(lists.buffers()[1], dtype=np.int32)[lists.offset:lists.offset + n + 1]
+    length = np.diff(offsets)
+    if lists.null_count:      # a null list may still span child values
+        length[~_bools(lists.is_valid())] = 0
+    return offsets[:-1], length, lists.values
 
 
 def _completions(state: stats.StatsState, completions: pa.Array, target: _Targets) -> None:
@@ -432,7 +447,8 @@ def _completions(state: stats.StatsState, completions: pa.Array, target: _Target
     inner_start, inner_len, strings = _layout(inner)
     if len(strings) == 0:
         return
-    codes = _Codes(strings, null=-2)     # never equal to -1 (absent)
+    # never equal to -1 (absent); positions up to COMPLETION_MAX_RANK past the end are null
+    codes = _Codes(strings, null=-2, pad=stats.COMPLETION_MAX_RANK)
     first = outer_len > 0
     wanted = target.codes_in(codes.values)[target.codes]
     rows = np.flatnonzero(first & (wanted >= 0))
@@ -449,7 +465,7 @@ def _completions(state: stats.StatsState, completions: pa.Array, target: _Target
     rests = target.rests_in(codes.values, int(outer_len.max()))
     decided = np.zeros(len(outer_len), dtype=bool)
     decided[at_start] = True
-    rows = np.flatnonzero((outer_len > 1) & ~decided & (rests[:, 1:] >= 0).any(axis=1)[target.codes])
+    rows = np.flatnonzero((outer_len > 1) & ~decided & (rests[1:] >= 0).any(axis=0)[target.codes])
     characters, tokens = _completion(codes, rows, outer_start, outer_len, inner_start, inner_len,
                                      rests, target)
     state.completion_characters = int(target.lengths[at_start].sum()) + characters
@@ -475,19 +491,19 @@ def _completion(codes: _Codes, rows: np.ndarray, outer_start: np.ndarray, outer_
                 inner_start: np.ndarray, inner_len: np.ndarray, rests: np.ndarray,
                 target: _Targets, prefix: int = 1) -> tuple[int, int]:
     """Per row of ``rows``, the first typed prefix ``j >= prefix`` whose completion list has
-    the rest of the target (code ``rests[target.codes[row], j]``) among its first
-    :data:`~lmchallenge.stats.COMPLETION_MAX_RANK`: ``(characters saved, rows completed)``."""
+    the rest of the target (code ``rests[j, target.codes[row]]``, -1 where no string is that
+    rest, which no code equals) among its first
+    :data:`~lmchallenge.stats.COMPLETION_MAX_RANK`: ``(characters saved, rows completed)``.
+    ``codes`` answers positions up to that rank past its end."""
     characters = tokens = 0
     active = rows
     while len(active):
-        rest = rests[target.codes[active], prefix]
-        present = np.flatnonzero(rest >= 0)      # rest absent from every list: no match
-        rest = rest[present]
-        lists = outer_start[active[present]] + prefix
-        hit = np.zeros(len(active), dtype=bool)
-        for k in range(stats.COMPLETION_MAX_RANK):
-            has = np.flatnonzero(inner_len[lists] > k)
-            hit[present[has]] |= codes.at(inner_start[lists[has]] + k) == rest[has]
+        rest = rests[prefix][target.codes[active]]
+        lists = outer_start[active] + prefix
+        start, length = inner_start[lists], inner_len[lists]
+        hit = (codes.at(start) == rest) & (length > 0)
+        for k in range(1, stats.COMPLETION_MAX_RANK):
+            hit |= (codes.at(start + k) == rest) & (length > k)
         done = active[hit]
         characters += int(target.lengths[done].sum()) - prefix * len(done)
         tokens += len(done)
