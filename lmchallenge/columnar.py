@@ -227,14 +227,12 @@ class _Codes:
     Args:
         array: strings, plain or dictionary-encoded.
         null: the code of a null string.
-        pad: positions ``len(array)`` to ``len(array) + pad - 1`` may be asked too; their
-            code is ``null``.
 
     Attributes:
         values: the dictionary (a string array).
     """
 
-    def __init__(self, array: pa.Array, null: int = -1, pad: int = 0):
+    def __init__(self, array: pa.Array, null: int = -1):
         encoded = _encoded(array)
         self.values = encoded.dictionary
         first = np.empty(len(self.values) + 1, dtype=np.int64)
@@ -250,17 +248,13 @@ class _Codes:
         else:    # a view of the index buffer
             self._indices = np.frombuffer(indices.buffers()[1], dtype=_DTYPES[indices.type])[
                 indices.offset:indices.offset + len(indices)]
-        if pad:
-            self._indices = np.concatenate(
-                (self._indices, np.full(pad, null if self._direct else len(self.values),
-                                        dtype=self._indices.dtype)))
 
 
     def at(self, positions: np.ndarray) -> np.ndarray:
-        """The integer codes at ``positions`` (an integer array)."""
-        if self._direct:
-            return self._indices[positions]
-        return self._first[self._indices[positions]]
+        """The integer codes at ``positions`` (an integer array; a position past the end
+        gives the last string's code, for callers that mask such positions out)."""
+        indices = np.take(self._indices, positions, mode="clip")
+        return indices if self._direct else self._first[indices]
 
     def all(self) -> np.ndarray:
         """Every code, in order."""
@@ -447,8 +441,7 @@ def _completions(state: stats.StatsState, completions: pa.Array, target: _Target
     inner_start, inner_len, strings = _layout(inner)
     if len(strings) == 0:
         return
-    # never equal to -1 (absent); positions up to COMPLETION_MAX_RANK past the end are null
-    codes = _Codes(strings, null=-2, pad=stats.COMPLETION_MAX_RANK)
+    codes = _Codes(strings, null=-2)     # never equal to -1 (absent)
     first = outer_len > 0
     wanted = target.codes_in(codes.values)[target.codes]
     rows = np.flatnonzero(first & (wanted >= 0))
@@ -493,8 +486,7 @@ def _completion(codes: _Codes, rows: np.ndarray, outer_start: np.ndarray, outer_
     """Per row of ``rows``, the first typed prefix ``j >= prefix`` whose completion list has
     the rest of the target (code ``rests[j, target.codes[row]]``, -1 where no string is that
     rest, which no code equals) among its first
-    :data:`~lmchallenge.stats.COMPLETION_MAX_RANK`: ``(characters saved, rows completed)``.
-    ``codes`` answers positions up to that rank past its end."""
+    :data:`~lmchallenge.stats.COMPLETION_MAX_RANK`: ``(characters saved, rows completed)``."""
     characters = tokens = 0
     active = rows
     while len(active):

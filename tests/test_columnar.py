@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -160,3 +161,33 @@ def test_same_stats_whatever_the_string_encoding(name: str, encoding: dict, tmp_
     dst = tmp_path / "encoded.parquet"
     pq.write_table(pq.read_table(converted), dst, **encoding)
     assert columnar.state_of_parquet(str(dst)).result(human=False) == expected(data)
+
+
+def random_wc_log(seed: int, rows: int) -> list[dict]:
+    """wc datums over a small vocabulary, so that targets, their suffixes and completions
+    often coincide: empty prefix lists, lists shorter and longer than the ranks compared,
+    the target (or its rest) at every rank, empty targets, users and messages changing."""
+    rng = random.Random(seed)
+    words = ["a", "ab", "abc", "b", "bc", "c", "", "é", "é😀", "😀"]
+    data = []
+    message = 0
+    for token in range(rows):
+        if rng.random() < 0.2:
+            message += 1
+        target = rng.choice(words)
+        completions = [[rng.choice(words) for _ in range(rng.choice([0, 0, 1, 2, 3, 5, 12]))]
+                       for _ in range(len(target) + 1 if rng.random() < 0.8 else rng.randrange(4))]
+        data.append(wc_datum(token, target, completions, user=rng.choice(["u", "v", None]),
+                             message=message))
+    return data
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_wc_logs_same_stats(seed: int, tmp_path: Path) -> None:
+    data = random_wc_log(seed, 400)
+    want = expected(data)
+    assert want["completion"]["tokens"] > 0 and want["prediction"]["hit"] > 0
+    for rows in (1, 3, 64, 1000):
+        dst = tmp_path / f"log{rows}.parquet"
+        parquet.write_parquet(data, str(dst), "wc", row_group_rows=rows)
+        assert columnar.state_of_parquet(str(dst)).result(human=False) == want, rows
