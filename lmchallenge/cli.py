@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 
@@ -34,9 +35,14 @@ def cli() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: maps :class:`LmcError` to a message on stderr and exit code 2,
-    Ctrl-C to exit code 130."""
+    Ctrl-C to exit code 130.  The process is expected to exit when this returns: the
+    garbage collector's objects are then frozen (:func:`gc.freeze`)."""
     try:
         cli.main(args=argv, prog_name="lmc", standalone_mode=False)
+        # Exit frees everything by reference counts; frozen, the modules' objects (NumPy's,
+        # Arrow's: tens of thousands) are not traversed again by the collections at exit,
+        # which took about 20 ms of `lmc stats`.
+        gc.freeze()
     except click.exceptions.Abort:
         sys.stderr.write("lmc: interrupted\n")
         sys.exit(130)
