@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 
@@ -138,9 +139,14 @@ def stats_cmd(run_dir):
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: errors of the project become a message and exit code 2; Ctrl-C 130."""
+    """Entry point: errors of the project become a message and exit code 2; Ctrl-C 130.
+    The process is expected to exit when this returns: the garbage collector's objects are
+    then frozen (:func:`gc.freeze`)."""
     try:
         cli.main(args=argv, prog_name="lmc-dist", standalone_mode=False)
+        # exit frees everything by reference counts; frozen, Dask's and NumPy's objects are
+        # not traversed again by the collections at exit
+        gc.freeze()
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)

@@ -7,7 +7,14 @@ user groups, and cuts partitions of about ``partition_chars`` characters:
 * without training no message depends on another, so a cut may fall between any two
   messages, even inside a user's group (the partition carries its first message number);
 * with training a user's group is never split (a group bigger than ``partition_chars`` is a
-  partition of its own).
+  partition of its own);
+* towards the end of the corpus partitions get smaller (:func:`taper_limit`: a quarter of
+  the characters still to come, down to an eighth of ``partition_chars``), so that the
+  workers run out of work together instead of all but one waiting for the last full-size
+  partition (guided self-scheduling, Polychronopoulos & Kuck, IEEE Trans. Computers 36(12),
+  1987, with a fixed divisor in place of the number of workers, which the scan does not
+  know: the cut stays a function of the corpus and ``partition_chars`` alone, so a
+  ``--resume`` on another cluster finds the same partitions).
 
 A ``.gz`` input is first decompressed into the run directory (workers then read byte ranges
 of the plain copy; a gzip stream cannot be entered in the middle), then scanned.
@@ -94,6 +101,31 @@ def _sha256_of(path: str) -> str:
     return digest.hexdigest()
 
 
+def _size_of(path: str) -> int | None:
+    """Bytes of ``path`` (any fsspec URL), or None where the file system cannot tell."""
+    try:
+        fs, fs_path = fsspec.core.url_to_fs(path)
+        return fs.size(fs_path)
+    except (OSError, NotImplementedError, ValueError):
+        return None
+
+
+TAPER_DIVISOR = 4
+"""Near the end of the corpus a partition holds at most 1/TAPER_DIVISOR of the characters
+still to come."""
+TAPER_FLOOR = 8
+"""...and at least ``partition_chars / TAPER_FLOOR`` of them."""
+
+
+def taper_limit(partition_chars: int, remaining_chars: float) -> int:
+    """The character limit of the partition being filled when about ``remaining_chars``
+    characters of the corpus follow its start: ``partition_chars`` until the last
+    ``TAPER_DIVISOR * partition_chars`` characters, then a quarter of what remains, never
+    below ``partition_chars / TAPER_FLOOR`` (nor 1)."""
+    return max(partition_chars // TAPER_FLOOR, 1,
+               min(partition_chars, int(remaining_chars // TAPER_DIVISOR)))
+
+
 def _decompress(path: str, plain_copy: str) -> None:
     """Write the gunzipped bytes of ``path`` (any fsspec URL) to ``plain_copy``, atomically.
 
@@ -164,7 +196,7 @@ def scan(path: str, fmt: str, partition_chars: int, train: bool,
     if path.endswith(".gz") or path.endswith(".gzip"):
         plain = os.path.join(work_dir, "_input.plain")  # "_": not data to pyarrow
         _decompress(path, plain)
-    cutter = _Cutter(partition_chars, train)
+    cutter = _Cutter(partition_chars, train, total_bytes=_size_of(plain))
     for line in _lines(plain, fmt, path):
         cutter.add(line)
     partitions = cutter.finish()
@@ -174,15 +206,33 @@ def scan(path: str, fmt: str, partition_chars: int, train: bool,
 
 
 class _Cutter:
-    """Accumulates lines into partitions, cutting only where allowed."""
+    """Accumulates lines into partitions, cutting only where allowed.
 
-    def __init__(self, partition_chars: int, train: bool):
+    Args:
+        partition_chars: target characters per partition.
+        train: never cut inside a user's group.
+        total_bytes: size of the input, for the taper at its end (None: no taper).
+    """
+
+    def __init__(self, partition_chars: int, train: bool, total_bytes: int | None = None):
         self.limit = partition_chars
         self.train = train
+        self.total_bytes = total_bytes
         self.partitions: list[Partition] = []
         self._open: dict | None = None
         self._user: object = object()   # user of the previous message (sentinel: none yet)
         self._number = -1               # message number of the previous message in its group
+        self._characters = 0            # characters of the messages before the open partition
+        self._limit = partition_chars   # limit of the open partition
+
+    def _limit_from(self, offset: int) -> int:
+        """The limit of a partition starting at byte ``offset``: the characters still to
+        come are estimated from the bytes still to come, at the characters per byte so far
+        (at the start: one, an upper bound in UTF-8)."""
+        if not self.total_bytes:
+            return self.limit
+        per_byte = self._characters / offset if offset > 0 else 1.0
+        return taper_limit(self.limit, (self.total_bytes - offset) * per_byte)
 
     def add(self, line: _Line) -> None:
         message = line.message
@@ -193,11 +243,12 @@ class _Cutter:
         new_group = message.user != self._user
         number = 0 if new_group else self._number + 1
         may_cut = new_group or not self.train
-        if self._open is not None and may_cut and self._open["characters"] >= self.limit:
+        if self._open is not None and may_cut and self._open["characters"] >= self._limit:
             self._close()
         if self._open is None:
             self._open = dict(start=line.start, end=line.end, first_line=line.number,
                               first_message=number, messages=0, characters=0, users=0)
+            self._limit = self._limit_from(line.start)
         part = self._open
         part["end"] = line.end
         part["messages"] += 1
@@ -209,6 +260,7 @@ class _Cutter:
     def _close(self) -> None:
         assert self._open is not None
         self.partitions.append(Partition(index=len(self.partitions), **self._open))
+        self._characters += self._open["characters"]
         self._open = None
 
     def finish(self) -> list[Partition]:

@@ -49,8 +49,9 @@ def stats_of_run_dir(run_dir: str, human: bool = True) -> dict[str, Any]:
 
 # --- tasks run on the workers ----------------------------------------------------------------
 
-def _summary_of(outcome: Any) -> S.StatsState:
-    return outcome.state.summary()
+def _summary_of(outcome: Any) -> tuple[S.StatsState, bool]:
+    """The outcome's state without its score matrices, and whether it has ``wr`` scores."""
+    return outcome.state.summary(), outcome.state.scores.max_candidates() > 0
 
 
 def _scores_of(*outcomes: Any) -> reranking.ScoreMatrices:
@@ -152,8 +153,10 @@ def global_stats(client: Client, outcomes: Sequence[Future], human: bool = True)
     """
     summaries = client.gather([client.submit(_summary_of, f, pure=False) for f in outcomes])
     total = S.StatsState()
-    for summary in summaries:
+    for summary, _ in summaries:
         total.merge(summary)
+    if not any(has_scores for _, has_scores in summaries):   # not wr: nothing to fit
+        return total.result(human=human)
     scores = DistributedScores(client, outcomes)
     try:
         fit = reranking.fit(scores)

@@ -1,0 +1,87 @@
+"""Cutting a corpus into partitions (lmc_dist.partition.scan): contiguous byte ranges of
+whole lines, cut at about --partition-chars characters, smaller towards the end."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lmc_dist.partition import read_partition, scan, taper_limit
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+if not DATA.exists():
+    DATA = Path(__file__).resolve().parents[1] / "data"
+COMMITS = DATA / "commits" / "rails.test.sample.jsonl"
+
+
+def rows(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def test_taper_limit() -> None:
+    assert taper_limit(20000, 10**9) == 20000
+    assert taper_limit(20000, 80000) == 20000
+    assert taper_limit(20000, 40000) == 10000
+    assert taper_limit(20000, 12000) == 3000
+    assert taper_limit(20000, 0) == 2500          # an eighth of partition_chars at least
+    assert taper_limit(5, 0) == 1
+
+
+@pytest.mark.parametrize("partition_chars", [2000, 20000, 10**9])
+def test_partitions_tile_the_corpus_and_taper_at_its_end(tmp_path: Path, partition_chars: int) -> None:
+    result = scan(str(COMMITS), "auto", partition_chars, False, str(tmp_path))
+    parts = result.partitions
+    assert [p.index for p in parts] == list(range(len(parts)))
+    assert parts[0].start == 0 and parts[-1].end == COMMITS.stat().st_size
+    assert all(a.end == b.start for a, b in zip(parts, parts[1:]))
+    assert [p.first_line for p in parts] == [1] + [1 + sum(q.messages for q in parts[:i])
+                                                  for i in range(1, len(parts))]
+    texts = [r["text"] for r in rows(COMMITS)]
+    assert result.messages == len(texts) == sum(p.messages for p in parts)
+    assert result.characters == sum(map(len, texts)) == sum(p.characters for p in parts)
+    longest = max(map(len, texts))
+    after = result.characters
+    for i, p in enumerate(parts):
+        last = i == len(parts) - 1
+        # a partition is cut at the first message that reaches its limit
+        assert p.characters < partition_chars + longest
+        if after >= 4 * partition_chars * 1.2 and not last:   # far from the end: full size
+            assert p.characters >= partition_chars
+        if after <= 4 * partition_chars * 0.8:                 # near the end: smaller
+            assert p.characters <= max(after // 4 * 1.3, partition_chars // 8) + longest
+            assert p.characters >= partition_chars // 8 or last
+        after -= p.characters
+    if partition_chars == 20000:   # 320,000 characters: the last 80,000 in 10 shrinking pieces
+        sizes = [p.characters for p in parts]
+        assert len(parts) == 22 and sizes[12:] == sorted(sizes[12:], reverse=True)
+        assert sizes[-1] < 2600
+    # the messages are those of the corpus, in order, each once
+    read = [m.text for p in parts for m in read_partition(result.path, p, "json")]
+    assert read == texts
+
+
+def test_training_never_splits_a_user(tmp_path: Path) -> None:
+    parts = scan(str(COMMITS), "auto", 3000, True, str(tmp_path)).partitions
+    owner: dict[str, int] = {}
+    for p in parts:
+        for m in read_partition(str(COMMITS), p, "json"):
+            assert owner.setdefault(m.user, p.index) == p.index
+    assert all(p.first_message == 0 for p in parts)
+    assert len(parts) > 20
+
+
+def test_gz_input_cuts_as_the_plain_file(tmp_path: Path) -> None:
+    packed = tmp_path / "commits.jsonl.gz"
+    with open(COMMITS, "rb") as src, gzip.open(packed, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    plain = scan(str(COMMITS), "auto", 5000, False, str(tmp_path / "a")).partitions
+    unpacked = scan(str(packed), "auto", 5000, False, str(tmp_path / "b"))
+    assert unpacked.partitions == plain
+    assert Path(unpacked.path).read_bytes() == COMMITS.read_bytes()
