@@ -8,6 +8,7 @@ discarded after a failure so the next partition starts a fresh one.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import socket
@@ -46,6 +47,7 @@ class ModelPool(WorkerPlugin):
         self._models: dict[tuple[int, str], Any] = {}
         self._games: dict[str, Game] = {}
         self._lock = threading.Lock()
+        self._frozen = False
 
     def __getstate__(self) -> dict:
         return {}  # sent to workers empty: models and locks are made there
@@ -92,6 +94,19 @@ class ModelPool(WorkerPlugin):
                 close_model(model)
             except Exception:  # noqa: BLE001 - it failed already; the error is reported
                 pass
+
+    def freeze_heap_once(self) -> None:
+        """After this process's first partition, move every object the garbage collector
+        tracks into its permanent generation (:func:`gc.freeze`): the modules, Dask's
+        state and the game's data, everything loaded by then, stay for the worker's life,
+        and the collector's full passes, which the games' allocations set off, no longer
+        traverse them (they took a third of a wc partition's CPU time when it wrote
+        Parquet; BENCHMARKS.md, "scaling")."""
+        with self._lock:
+            if self._frozen:
+                return
+            self._frozen = True
+        gc.freeze()
 
     def game(self, spec: GameSpec) -> Game:
         """The game object for ``spec`` (built once per worker process: wr loads a vocabulary)."""
@@ -202,6 +217,7 @@ def evaluate_partition(task: PartitionTask) -> PartitionOutcome:
     except BaseException:
         pool.discard(task.predictor)
         raise
+    pool.freeze_heap_once()
     return PartitionOutcome(index=task.partition.index, rows=rows,
                             characters=task.partition.characters,
                             elapsed=time.monotonic() - started, worker=_worker_name(),

@@ -36,7 +36,14 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: maps :class:`LmcError` to a message on stderr and exit code 2,
     Ctrl-C to exit code 130.  The process is expected to exit when this returns: the
-    garbage collector's objects are then frozen (:func:`gc.freeze`)."""
+    garbage collector's objects are frozen (:func:`gc.freeze`) once the command's modules
+    are imported, and again at the end."""
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] in COMMANDS:
+        # the command's modules live until exit: frozen, they are not traversed by the
+        # collector's full passes, which a run's allocations set off
+        importlib.import_module(f"{__package__}.{args[0]}")
+        gc.freeze()
     try:
         cli.main(args=argv, prog_name="lmc", standalone_mode=False)
         # Exit frees everything by reference counts; frozen, the modules' objects (NumPy's,

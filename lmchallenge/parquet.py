@@ -106,7 +106,8 @@ def write_parquet(data: Iterable[Datum], path: str, game: str | None = None, *,
     """Write log datums to one Parquet file, atomically, in bounded row groups.
 
     The layout is that of DESIGN.md, "Parquet log layout" (see :func:`schema_for`).
-    Datums are consumed lazily; at most ``row_group_rows`` of them are held at once.
+    Datums are consumed lazily and converted to Arrow :data:`CONVERT_ROWS` at a time: at
+    most that many are held as Python objects, a row group's worth as Arrow columns.
     The file is written under a temporary name beside ``path`` and renamed when
     complete: if ``data`` raises, or a datum is rejected, neither ``path`` nor the
     temporary file is left behind (an existing ``path`` is left untouched).
@@ -139,28 +140,46 @@ def write_parquet(data: Iterable[Datum], path: str, game: str | None = None, *,
     rows = 0
     with atomic_path(path) as tmp:
         with pq.ParquetWriter(tmp, schema) as writer:
-            if first is not None:
-                for batch in _record_batches(first, iterator, schema, path, row_group_rows):
-                    writer.write_batch(batch, row_group_size=row_group_rows)
-                    rows += batch.num_rows
+            group: list[pa.RecordBatch] = []
+            batches = _record_batches(first, iterator, schema, path, row_group_rows) \
+                if first is not None else iter(())
+            for batch, ends_group in batches:
+                group.append(batch)
+                rows += batch.num_rows
+                if ends_group:
+                    writer.write_table(pa.Table.from_batches(group, schema=schema),
+                                       row_group_size=row_group_rows)
+                    group = []
+            if group:
+                writer.write_table(pa.Table.from_batches(group, schema=schema),
+                                   row_group_size=row_group_rows)
     return rows
 
 
+CONVERT_ROWS = 512
+"""Datums converted to Arrow at a time by :func:`write_parquet`.  Datums held longer survive
+into the garbage collector's oldest generation and set off its full passes, which traverse
+every live object: holding row groups of datums made those passes a third of the CPU time of
+a ``wc`` run writing Parquet (BENCHMARKS.md, "scaling"); 128-4096 measured alike otherwise."""
+
+
 def _record_batches(first: Datum, rest: Iterator[Datum], schema: pa.Schema, path: str,
-                    size: int) -> Iterator[pa.RecordBatch]:
-    """Group ``first`` and ``rest`` into checked record batches of at most ``size`` rows."""
+                    group_rows: int) -> Iterator[tuple[pa.RecordBatch, bool]]:
+    """``first`` and ``rest`` as checked record batches of at most :data:`CONVERT_ROWS` rows,
+    none straddling a row group (``group_rows`` rows each), with whether it ends one."""
     expected = _datum_keys(schema)
     pending: list[Datum] = []
     start = 1
     for number, datum in enumerate(_chain(first, rest), start=1):
         _check_keys(datum, expected, number, path)
         pending.append(datum)
-        if len(pending) == size:
-            yield _to_batch(pending, schema, path, start)
+        ends_group = number % group_rows == 0
+        if ends_group or len(pending) == CONVERT_ROWS:
+            yield _to_batch(pending, schema, path, start), ends_group
             pending = []
             start = number + 1
     if pending:
-        yield _to_batch(pending, schema, path, start)
+        yield _to_batch(pending, schema, path, start), True
 
 
 def _chain(first: Datum, rest: Iterator[Datum]) -> Iterator[Datum]:

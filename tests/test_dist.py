@@ -267,3 +267,20 @@ def test_embedded_cluster_workers_run_with_its_quiet_settings():
         seen = client.run(_embedded_settings)
     assert list(seen.values()) == [EMBEDDED_CONFIG]
     assert dask.config.get("distributed.worker.memory.monitor-interval") == "100ms"
+
+
+def test_workers_freeze_their_heap_after_a_partition(tmp_path, commits, two_workers):
+    """After its first partition a worker's objects (modules, Dask, game data) sit in the
+    collector's permanent generation, so that full passes set off by the games' allocations
+    do not traverse them (ModelPool.freeze_heap_once)."""
+    import gc
+
+    from distributed import Client
+    lmc_dist(["run", toy_model_command(), "wc", "-p", "--input", str(commits), "--run-dir",
+              str(tmp_path / "run"), "--scheduler", two_workers.address, "--partition-chars", "2000"])
+    manifest = json.loads((tmp_path / "run" / "_manifest.json").read_text())
+    with Client(two_workers.address) as client:
+        frozen = client.run(gc.get_freeze_count)
+    ran = {p["worker"] for p in manifest["partitions"]}
+    assert ran and ran <= set(frozen)
+    assert all(frozen[worker] > 10_000 for worker in ran)
