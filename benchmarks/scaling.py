@@ -1,7 +1,7 @@
 """Tokens/s of `lmc-dist run` with 1 and 2 workers against `lmc run`, same model and corpus.
 
     python benchmarks/scaling.py [--rows 0] [--repeat 1] [--game wc] [--partition-chars 20000]
-                                 [--format jsonl]
+                                 [--format jsonl] [--rounds 1]
 
 Model: the built-in n-gram model trained on the King James Old Testament, served by
 ``lmc-ngram serve`` (``--repeat 1``), or by ``benchmarks/repeat_ngram.py --repeat K``, the same
@@ -13,6 +13,13 @@ three logs are checked identical.  On a Linux machine shared with other sessions
 ``--autogroup-nice -10`` gives every process of the benchmark priority over them (with
 sched_autogroup, plain ``nice`` only weighs within a session, and each model process is a
 session of its own).
+
+With ``--rounds K`` the three runs are made K times, one after the other in each round, and
+the ratios are taken within each round (a shared machine's speed drifts over minutes: a ratio
+of runs a minute apart is fairer than one of runs ten minutes apart); the median and the
+best of the rounds are printed at the end.  After each round the machine's 2-core ceiling is
+measured (:func:`ceiling`: two CPU-bound processes at once against one): on a shared machine
+no 2-worker run can beat it.
 
 Printed for each run: wall time, tokens/s, ratio to `lmc run`, and CPU seconds of the whole
 process tree split into the model processes' (``/usr/bin/time`` around each model) and the
@@ -36,6 +43,7 @@ import os
 import resource
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -135,6 +143,54 @@ def timeline(run: Measured, partitions: list[dict]) -> tuple[float, float, float
     return startup, overhead, tail, elapsed
 
 
+CEILING_LOOP = "x = 0\nfor i in range({n}):\n    x += i * i % 7\n"
+
+
+def ceiling(n: int = 20_000_000) -> float:
+    """This machine's 2-core ceiling now: the throughput of two CPU-bound Python processes
+    running at once over that of one alone (2.0 on two idle cores; less where the cores are
+    shared with other work or are hyperthreads of one)."""
+    argv = [sys.executable, "-c", CEILING_LOOP.format(n=n)]
+    start = time.perf_counter()
+    subprocess.run(argv, check=True)
+    one = time.perf_counter() - start
+    start = time.perf_counter()
+    for process in [subprocess.Popen(argv) for _ in range(2)]:
+        process.wait()
+    two = time.perf_counter() - start
+    return 2 * one / two
+
+
+def measure_round(work: Path, model: str, corpus: Path, cpu_file: Path, args: argparse.Namespace
+                  ) -> tuple[Measured, int, dict[int, float], tuple[float, float, float, list[float]]]:
+    """`lmc run`, then `lmc-dist run` with 1 and 2 workers (each checked against `lmc run`'s
+    log): (the `lmc run`, tokens, tokens/s by workers, the 1-worker time line)."""
+    single_log = work / "single.jsonl"
+    with open(single_log, "wb") as out:
+        single = run([str(BIN / "lmc"), "run", model, args.game, str(corpus)], cpu_file, stdout=out)
+    log = single_log.read_bytes()
+    tokens = log.count(b"\n")
+    base = tokens / single.wall
+    print(describe(f"lmc run ({tokens} tokens)", single, tokens, None))
+    rates, first = {}, None
+    for workers in (1, 2):
+        run_dir = work / f"run{workers}"
+        shutil.rmtree(run_dir, ignore_errors=True)
+        out = work / f"all{workers}.jsonl"
+        m = run([str(BIN / "lmc-dist"), "run", model, args.game, "--input", str(corpus),
+                 "--run-dir", str(run_dir), "--workers", str(workers), "--format", args.format,
+                 "--partition-chars", str(args.partition_chars), "--output", str(out)], cpu_file)
+        assert out.read_bytes() == log, f"{workers} workers: log differs from lmc run"
+        rates[workers] = tokens / m.wall
+        partitions = json.loads((run_dir / "_manifest.json").read_text())["partitions"]
+        elapsed = [p["elapsed"] for p in partitions]
+        print(describe(f"lmc-dist --workers {workers}", m, tokens, base)
+              + f"; {len(elapsed)} partitions, sum {sum(elapsed):.1f} s, max {max(elapsed):.2f} s")
+        if workers == 1:
+            first = timeline(m, partitions)
+    return single, tokens, rates, first
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=0, help="corpus rows (0: all)")
@@ -143,6 +199,8 @@ def main() -> None:
     parser.add_argument("--game", default="wc")
     parser.add_argument("--partition-chars", type=int, default=20000)
     parser.add_argument("--format", default="jsonl", choices=["jsonl", "parquet"])
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="rounds of the three runs; ratios are taken within a round")
     parser.add_argument("--autogroup-nice", type=int, default=None, metavar="N",
                         help="on a machine shared with other sessions: run every process of the "
                              "benchmark (models included) with autogroup nice N (Linux, root for N<0)")
@@ -161,46 +219,37 @@ def main() -> None:
         cpu_file = work / "model-cpu.txt"
         model = model_command(model_file, args.repeat, cpu_file, args.autogroup_nice)
         print(f"model: {model}\nload average: {os.getloadavg()}")
-        single_log = work / "single.jsonl"
-        with open(single_log, "wb") as out:
-            single = run([str(BIN / "lmc"), "run", model, args.game, str(corpus)], cpu_file,
-                         stdout=out)
-        log = single_log.read_bytes()
-        tokens = log.count(b"\n")
-        base = tokens / single.wall
-        print(describe(f"lmc run ({tokens} tokens)", single, tokens, None))
-        rates, first = {}, None
-        for workers in (1, 2):
-            run_dir = work / f"run{workers}"
-            out = work / f"all{workers}.jsonl"
-            m = run([str(BIN / "lmc-dist"), "run", model, args.game, "--input", str(corpus),
-                     "--run-dir", str(run_dir), "--workers", str(workers), "--format", args.format,
-                     "--partition-chars", str(args.partition_chars), "--output", str(out)],
-                    cpu_file)
-            assert out.read_bytes() == log, f"{workers} workers: log differs from lmc run"
-            rates[workers] = tokens / m.wall
-            partitions = json.loads((run_dir / "_manifest.json").read_text())["partitions"]
-            elapsed = [p["elapsed"] for p in partitions]
-            print(describe(f"lmc-dist --workers {workers}", m, tokens, base)
-                  + f"; {len(elapsed)} partitions, sum {sum(elapsed):.1f} s, max {max(elapsed):.2f} s")
-            if workers == 1:
-                first = timeline(m, partitions)
-        print(f"speed-up 2 vs 1 worker: {rates[2] / rates[1]:.2f}x; 2 workers vs lmc run: "
-              f"{rates[2] / base:.2f}x")
-        startup, overhead, tail, elapsed = first
+        # per round: 1 and 2 workers vs lmc run, 2 vs 1 worker, the machine's 2-core ceiling
+        ratios: list[tuple[float, float, float, float]] = []
+        for round_ in range(args.rounds):
+            if args.rounds > 1:
+                print(f"round {round_ + 1} (load average {os.getloadavg()[0]:.2f}):")
+            single, tokens, rates, first = measure_round(work, model, corpus, cpu_file, args)
+            base = tokens / single.wall
+            ratios.append((rates[1] / base, rates[2] / base, rates[2] / rates[1], ceiling()))
+            print(f"speed-up 2 vs 1 worker: {rates[2] / rates[1]:.2f}x; 2 workers vs lmc run: "
+                  f"{rates[2] / base:.2f}x; the machine's 2-core ceiling just after: "
+                  f"{ratios[-1][3]:.2f}x (two CPU-bound processes at once vs one)")
+        if args.rounds > 1:
+            for i, name in enumerate(("1 worker vs lmc run", "2 workers vs lmc run",
+                                      "2 vs 1 worker", "2-core ceiling")):
+                values = sorted(r[i] for r in ratios)
+                print(f"{name}: median {statistics.median(values):.2f}x, best {values[-1]:.2f}x, "
+                      f"rounds {', '.join(f'{r[i]:.2f}' for r in ratios)}")
+        startup, overhead, tail, elapsed = first   # of the last round
         print(f"1-worker time line: start-up {startup:.2f} s, task overhead {overhead * 1e3:.0f} ms "
               f"per partition, partitions {sum(elapsed):.1f} s (largest {max(elapsed):.2f} s), "
               f"tail {tail:.2f} s")
-        work = sum(elapsed) + overhead * len(elapsed)
+        total = sum(elapsed) + overhead * len(elapsed)   # the partitions' work, in seconds
         for n in (8, 32):
             busy = longest_first([e + overhead for e in elapsed], n)
             projected = startup + busy + tail
-            even = startup + work / n + tail
+            even = startup + total / n + tail
             print(f"projection {n} workers: {startup:.1f} + {busy:.1f} + {tail:.1f} s = "
                   f"{projected:.1f} s = {tokens / projected:,.0f} tokens/s "
                   f"({tokens / projected / base:.1f}x lmc run); with partitions small enough "
                   f"to divide evenly {even:.1f} s ({single.wall / even:.1f}x); per token, "
-                  f"start-up and tail left out, {single.wall / (work / n):.1f}x")
+                  f"start-up and tail left out, {single.wall / (total / n):.1f}x")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -249,7 +249,6 @@ class _Codes:
             self._indices = np.frombuffer(indices.buffers()[1], dtype=_DTYPES[indices.type])[
                 indices.offset:indices.offset + len(indices)]
 
-
     def at(self, positions: np.ndarray) -> np.ndarray:
         """The integer codes at ``positions`` (an integer array; a position past the end
         gives the last string's code, for callers that mask such positions out)."""
