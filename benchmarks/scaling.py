@@ -146,19 +146,21 @@ def timeline(run: Measured, partitions: list[dict]) -> tuple[float, float, float
 CEILING_LOOP = "x = 0\nfor i in range({n}):\n    x += i * i % 7\n"
 
 
-def ceiling(n: int = 20_000_000) -> float:
+def ceiling(n: int = 10_000_000, repeat: int = 3) -> float:
     """This machine's 2-core ceiling now: the throughput of two CPU-bound Python processes
-    running at once over that of one alone (2.0 on two idle cores; less where the cores are
-    shared with other work or are hyperthreads of one)."""
+    running at once over that of one alone, the median of ``repeat`` tries (2.0 on two idle
+    cores; less where the cores are shared with other work or are hyperthreads of one)."""
     argv = [sys.executable, "-c", CEILING_LOOP.format(n=n)]
-    start = time.perf_counter()
-    subprocess.run(argv, check=True)
-    one = time.perf_counter() - start
-    start = time.perf_counter()
-    for process in [subprocess.Popen(argv) for _ in range(2)]:
-        process.wait()
-    two = time.perf_counter() - start
-    return 2 * one / two
+    ratios = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        subprocess.run(argv, check=True)
+        one = time.perf_counter() - start
+        start = time.perf_counter()
+        for process in [subprocess.Popen(argv) for _ in range(2)]:
+            process.wait()
+        ratios.append(2 * one / (time.perf_counter() - start))
+    return statistics.median(ratios)
 
 
 def measure_round(work: Path, model: str, corpus: Path, cpu_file: Path, args: argparse.Namespace

@@ -1,0 +1,70 @@
+"""`lmc-dist run --output`: partitions joined in order into one log of any form
+(lmc_dist.run.write_output), converting partitions of the other form first."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pandas
+import pyarrow.parquet as pq
+import pytest
+
+from lmc_dist.run import write_output
+from lmchallenge.log import read_log, write_log
+
+LOGS = Path(__file__).parent / "data" / "pretty"
+
+
+def parts_of(src: Path, run_dir: Path, part_form: str, cuts: list[int]) -> tuple[list[dict], list[str]]:
+    """The datums of ``src`` written as partitions ``part-NNNNN.<part_form>`` cut at ``cuts``."""
+    lines = src.read_text(encoding="utf-8").splitlines(keepends=True)
+    data = [json.loads(line) for line in lines]
+    run_dir.mkdir()
+    names = []
+    bounds = [0, *cuts, len(data)]
+    for i, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+        name = f"part-{i:05d}.{part_form}"
+        write_log(data[lo:hi], str(run_dir / name), game=src.name.split(".")[-2], compresslevel=1)
+        names.append(name)
+    return data, names
+
+
+@pytest.mark.parametrize("part_form", ["parquet", "jsonl.gz"])
+@pytest.mark.parametrize("output", ["all.jsonl", "all.jsonl.gz", "all.parquet"])
+@pytest.mark.parametrize("src", ["kjv.o1.wc.jsonl", "kjv.o2.wr.jsonl"])
+def test_partitions_joined_in_order(tmp_path: Path, part_form: str, output: str, src: str) -> None:
+    log = LOGS / src
+    data, names = parts_of(log, tmp_path / "run", part_form, cuts=[3, 3, 10])   # one part empty
+    out = tmp_path / output
+    write_output(str(tmp_path / "run"), names, str(out), log.name.split(".")[-2])
+    assert list(read_log(str(out))) == data
+    if output == "all.jsonl":      # the very lines lmc run writes
+        assert out.read_bytes() == log.read_bytes()
+    if output == "all.jsonl.gz":
+        with gzip.open(out, "rb") as f:
+            assert f.read() == log.read_bytes()
+    if output == "all.parquet":
+        assert len(pandas.read_parquet(out)) == len(data)
+        assert pq.ParquetFile(out).metadata.num_row_groups == 1
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == names   # no .out-* left
+
+
+def test_parquet_output_in_whole_row_groups(tmp_path: Path, monkeypatch) -> None:
+    import lmchallenge.parquet
+    monkeypatch.setattr(lmchallenge.parquet, "ROW_GROUP_ROWS", 4)
+    data, names = parts_of(LOGS / "kjv.o1.we.jsonl", tmp_path / "run", "parquet", cuts=[3, 5, 11])
+    out = tmp_path / "all.parquet"
+    write_output(str(tmp_path / "run"), names, str(out), "we")
+    metadata = pq.ParquetFile(out).metadata
+    sizes = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+    assert sizes == [4] * (len(data) // 4) + ([len(data) % 4] if len(data) % 4 else [])
+    assert list(read_log(str(out))) == data
+
+
+def test_no_partitions_gives_an_empty_log(tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir()
+    write_output(str(tmp_path / "run"), [], str(tmp_path / "all.parquet"), "wc")
+    assert "completions" in pq.read_schema(tmp_path / "all.parquet").names
+    assert list(read_log(str(tmp_path / "all.parquet"))) == []
