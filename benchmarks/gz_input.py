@@ -32,8 +32,16 @@ DEFAULT = [REPO / "data/commits/rails.test.jsonl.gz", REPO / "data/commits/rails
 PARTITION_CHARS = 100_000
 
 
+def gzip_size(path: Path) -> int:
+    """The uncompressed size of a one-member gzip file under 4 GiB (its ISIZE trailer,
+    RFC 1952), for the taper of the partitions at the end of the corpus."""
+    with open(path, "rb") as f:
+        f.seek(-4, 2)
+        return int.from_bytes(f.read(4), "little")
+
+
 def while_reading(path: Path, work: Path) -> ScanResult:
-    cutter = partition._Cutter(PARTITION_CHARS, False)
+    cutter = partition._Cutter(PARTITION_CHARS, False, total_bytes=gzip_size(path))
     plain = work / "_input.plain"
     fmt = partition.detect_format(str(path))
     sha256 = partition._sha256_of(str(path))
