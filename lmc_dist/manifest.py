@@ -82,6 +82,18 @@ def check_resumable(old: dict[str, Any], new: dict[str, Any]) -> None:
         if old.get(key) != new.get(key):
             raise LmcError(f"cannot resume: {key} differs from the run in this directory "
                            f"({old.get(key)!r} there, {new.get(key)!r} now); use a new --run-dir")
+    # the same corpus and --partition-chars, cut otherwise (another version of lmc-dist): a
+    # finished part file would stand for other lines
+    if _cuts(old) != _cuts(new):
+        raise LmcError("cannot resume: the corpus is cut into other partitions than the run in "
+                       f"this directory ({len(old['partitions'])} partitions there, "
+                       f"{len(new['partitions'])} now; written by lmc-dist "
+                       f"{old.get('versions', {}).get('lmchallenge-dist', '?')}); "
+                       "use a new --run-dir")
+
+
+def _cuts(manifest: dict[str, Any]) -> list[tuple[int, int]]:
+    return [(p["start"], p["end"]) for p in manifest["partitions"]]
 
 
 def partitions_of(manifest: dict[str, Any]) -> list[Partition]:

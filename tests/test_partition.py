@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,24 @@ def test_gz_input_cuts_as_the_plain_file(tmp_path: Path) -> None:
     unpacked = scan(str(packed), "auto", 5000, False, str(tmp_path / "b"))
     assert unpacked.partitions == plain
     assert Path(unpacked.path).read_bytes() == COMMITS.read_bytes()
+
+
+def test_resume_refuses_a_run_dir_cut_otherwise(tmp_path: Path) -> None:
+    """A run dir whose partitions were cut otherwise (say by an earlier version, before the
+    taper) cannot be resumed: its finished part files would stand for other lines."""
+    from lmc_dist import manifest as mf
+    from lmchallenge.exceptions import LmcError
+
+    result = scan(str(COMMITS), "auto", 20000, False, str(tmp_path))
+
+    def manifest_of(partitions) -> dict:
+        return mf.new_manifest(game="wc", game_options={}, predictor="p", corpus=str(COMMITS),
+                               scan=replace(result, partitions=partitions), train=False,
+                               partition_chars=20000, out_format="parquet",
+                               part_names=[f"part-{p.index:05d}.parquet" for p in partitions])
+
+    now = manifest_of(result.partitions)
+    mf.check_resumable(now, manifest_of(result.partitions))          # the same cut: fine
+    merged = result.partitions[:-2] + [replace(result.partitions[-2], end=result.partitions[-1].end)]
+    with pytest.raises(LmcError, match="cut into other partitions.*22 partitions there, 21 now"):
+        mf.check_resumable(now, manifest_of(merged))
