@@ -51,12 +51,15 @@ class InterpolationModel:
             error: error score(s): a float or a float32 array of any shape.
             lm: LM score(s) of the same shape; None (scalar) means not scored.
         Returns:
-            The combined score(s), same shape (float64 arrays for array input).
+            The combined score(s), same shape (float64 arrays for array input); NaN where
+            the terms are infinities of opposite signs (e.g. ``alpha = 1`` and an error
+            score of ``-inf``, as the fit's simplex may try), which ranks above nothing.
         """
         if lm is None:
             lm = -math.inf
         alpha, beta = np.float64(self.alpha), np.float64(self.beta)
-        return (1 - alpha) * error + np.maximum(alpha * lm, beta)
+        with np.errstate(invalid="ignore"):     # the NaN above is a result, not a fault
+            return (1 - alpha) * error + np.maximum(alpha * lm, beta)
 
     @property
     def args(self) -> dict[str, float]:

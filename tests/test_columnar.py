@@ -13,7 +13,8 @@ from lmchallenge.log import read_log
 
 DATA = Path(__file__).parent / "data"
 LOGS = sorted(p for p in (DATA / "pretty").glob("*.jsonl") if p.name != "rails8.jsonl")
-LOGS.append(DATA / "logs" / "kjv.wc.jsonl")   # empty
+LOGS.append(DATA / "logs" / "kjv.wc.jsonl")   # made by lmchallenge 5.2 (logs/regenerate.sh)
+LOGS.append(DATA / "empty.wc.jsonl")
 PATTERNS = ("$alphaonly", "e", "~o", "$token=[02468]")
 
 

@@ -1,6 +1,7 @@
 #!/bin/sh
-# Regenerate the fixture logs of this folder with the reference lmchallenge==5.2
-# (wr needs numpy and scipy in its venv).  Usage, from the repository root:
+# Regenerate the fixture logs of this folder (every *.jsonl but the corpus rails40.jsonl)
+# with the reference lmchallenge==5.2 (wr needs numpy and scipy in its venv).
+# Usage, from the repository root:
 #   sh tests/data/logs/regenerate.sh
 set -eu
 LMC=${LMC:-/opt/lmcref/bin/lmc}
