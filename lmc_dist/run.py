@@ -11,11 +11,9 @@ per partition (workers read their byte range themselves and write
 from __future__ import annotations
 
 import contextlib
-import gzip
 import json
 import logging
 import os
-import shutil
 import sys
 import time
 import uuid
@@ -29,7 +27,8 @@ from tqdm import tqdm
 
 from lmchallenge.exceptions import LmcError, ModelError
 from lmchallenge.games.spec import GameSpec
-from lmchallenge.log import atomic_path, is_gzip_name, is_parquet_name, read_log, write_log
+from lmchallenge.convert import convert_each, join_logs
+from lmchallenge.log import atomic_path
 from lmchallenge.model import PredictorSpec
 
 from . import manifest as mf
@@ -206,90 +205,28 @@ def execute(job: DistJob) -> RunReport:
                      workers=workers, partitions=len(tasks), failed=failed)
 
 
-def _form(path: str) -> str:
-    """The log form a name says, as :func:`lmchallenge.log.write_log` reads it: ``.parquet``,
-    ``.jsonl.gz`` (any ``.gz``) or ``.jsonl`` (anything else)."""
-    if is_parquet_name(path):
-        return ".parquet"
-    return ".jsonl.gz" if is_gzip_name(path) else ".jsonl"
-
-
 def write_output(run_dir: str, part_files: list[str], output: str, game: str,
                  client: Client | None = None) -> None:
-    """Concatenate the partitions (in order) into the log file ``output``, atomically.
-
-    The client only joins files, which keeps this serial step small: ``.jsonl.gz``
-    partitions are decompressed into a plain jsonl output, or copied as they are into a
-    ``.gz`` one (gzip members one after the other, RFC 1952, 2.2); Parquet partitions are
-    copied table by table into a ``.parquet`` one (row groups of
-    :data:`lmchallenge.parquet.ROW_GROUP_ROWS` rows).  Partitions of the other form are
-    first converted to the output's form, one task per partition on the workers of
-    ``client`` (in this process without one), into ``.out-NNNNN.*`` files of the run
-    directory, which are joined and deleted.
-    """
-    form = _form(output)
-    if not part_files:
-        write_log([], output, game=game)
-        return
-    joinable = ".jsonl.gz" if form == ".jsonl" else form
+    """Concatenate the partitions (in order) into the log file ``output``, atomically
+    (:func:`lmchallenge.convert.join_logs`: the client only joins files, which keeps this
+    serial step small).  Partitions of another form than the output's are first converted
+    by the workers of ``client``, one task each (in this process without one)."""
     sources = [os.path.join(run_dir, name) for name in part_files]
-    converted = {i: os.path.join(run_dir, f".out-{i:05d}{form}")
-                 for i, source in enumerate(sources) if _form(source) != joinable}
-    try:
-        if client is None:
-            for i, destination in converted.items():
-                convert_part(sources[i], destination, game)
-        elif converted:
-            client.gather(client.map(convert_part, [sources[i] for i in converted],
-                                     list(converted.values()), game=game, pure=False))
-        for i, destination in converted.items():
-            sources[i] = destination
-        with atomic_path(output) as tmp:
-            if form == ".parquet":
-                _join_parquet(sources, tmp)
-            else:
-                _join_bytes(sources, tmp, decompress=form == ".jsonl")
-    finally:
-        for destination in converted.values():
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(destination)
+    if client is None:
+        join_logs(sources, output, game)
+        return
+
+    def on_workers(pairs, game):
+        sources, copies = zip(*pairs)
+        client.gather(client.map(convert_part, sources, copies, game=game, pure=False))
+
+    join_logs(sources, output, game, convert=on_workers)
 
 
-def convert_part(source: str, destination: str, game: str) -> None:
+def convert_part(source: str, destination: str, game: str | None) -> None:
     """Write the log ``source`` again as ``destination``, in the form its name says (a task
     of :func:`write_output`)."""
-    write_log(read_log(source), destination, game=game)
-
-
-def _join_bytes(sources: list[str], destination: str, decompress: bool) -> None:
-    with open(destination, "wb") as out:
-        for source in sources:
-            opener = gzip.open if decompress and is_gzip_name(source) else open
-            with opener(source, "rb") as part:
-                shutil.copyfileobj(part, out, 1 << 20)
-
-
-def _join_parquet(sources: list[str], destination: str) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from lmchallenge.parquet import ROW_GROUP_ROWS
-
-    schema = pq.read_schema(sources[0])
-    with pq.ParquetWriter(destination, schema) as writer:
-        pending: list[pa.Table] = []
-        rows = 0
-        for source in sources:
-            table = pq.read_table(source, schema=schema)
-            pending.append(table)
-            rows += table.num_rows
-            if rows >= ROW_GROUP_ROWS:
-                whole = pa.concat_tables(pending)
-                cut = rows - rows % ROW_GROUP_ROWS
-                writer.write_table(whole.slice(0, cut), row_group_size=ROW_GROUP_ROWS)
-                pending, rows = [whole.slice(cut)], rows - cut
-        if rows:
-            writer.write_table(pa.concat_tables(pending), row_group_size=ROW_GROUP_ROWS)
+    convert_each([(source, destination)], game)
 
 
 def _summary(outcome) -> dict[str, Any]:

@@ -5,17 +5,23 @@ name (``.jsonl``, ``.jsonl.gz``/``.gz``, ``.parquet``, ``-`` for jsonlines on
 stdout); the input may be any form ``read_log`` reads, a run directory included.
 Datums stream from reader to writer (the Parquet writer batches rows), so a large
 reference log becomes a ``pandas.read_parquet``-able file without being held in memory.
+A run directory whose partitions are all in a form the output can take as they are is
+joined as files (:func:`join_logs`), without reading a datum.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import itertools
-from collections.abc import Iterable, Iterator
+import os
+import shutil
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import click
 
-from .log import is_parquet_name, read_log, write_log
+from .log import atomic_path, is_gzip_name, is_parquet_name, read_log, run_dir_parts, write_log
 
 Datum = dict[str, Any]
 
@@ -58,7 +64,130 @@ def convert(source: str, destination: str, game: str | None = None) -> int:
     first, data = _peek(read_log(source))
     if game is None and first is not None:
         game = detect_game(first)
+    if destination != "-" and source != "-" and os.path.isdir(source):
+        parts = [str(p) for p in run_dir_parts(source)]
+        if all(joins_as_is(part, destination) for part in parts):   # no datum to read
+            return join_logs(parts, destination, game)
     return write_log(data, destination, game=game)
+
+
+# --- joining log files ------------------------------------------------------------------------
+
+def log_form(path: str) -> str:
+    """The form a log's name says, as :func:`lmchallenge.log.write_log` reads it:
+    ``.parquet``, ``.jsonl.gz`` (any ``.gz``) or ``.jsonl`` (anything else)."""
+    if is_parquet_name(path):
+        return ".parquet"
+    return ".jsonl.gz" if is_gzip_name(path) else ".jsonl"
+
+
+def joins_as_is(source: str, destination: str) -> bool:
+    """Whether :func:`join_logs` copies the log file ``source`` into ``destination`` without
+    reading its datums (a plain or gzipped jsonl into jsonl, gzip into gzip, Parquet into
+    Parquet)."""
+    form = log_form(destination)
+    if form == ".jsonl":
+        return log_form(source) in (".jsonl", ".jsonl.gz")
+    return log_form(source) == form
+
+
+def convert_each(pairs: Sequence[tuple[str, str]], game: str | None) -> None:
+    """Convert every ``(source, destination)`` log file pair, one after the other."""
+    for source, destination in pairs:
+        write_log(read_log(source), destination, game=game)
+
+
+def join_logs(sources: Sequence[str], destination: str, game: str | None = None,
+              convert: Callable[[Sequence[tuple[str, str]], str | None], None] = convert_each
+              ) -> int:
+    """Concatenate the log files ``sources`` (in order) into the file ``destination``, in the
+    form its name says, atomically, joining files rather than datums where it can.
+
+    jsonl sources are copied into a plain jsonl destination (``.jsonl.gz`` ones
+    decompressed), ``.jsonl.gz`` sources as they are into a ``.gz`` one (gzip members one
+    after the other, RFC 1952, 2.2), Parquet sources table by table into a ``.parquet`` one
+    (row groups of :data:`lmchallenge.parquet.ROW_GROUP_ROWS` rows).  Sources of another
+    form (:func:`joins_as_is`) are first
+    converted to the destination's form by ``convert`` (``lmc-dist`` passes one that runs on
+    its workers) into ``.out-NNNNN.*`` files beside them, which are deleted afterwards.
+
+    Args:
+        sources: ``.jsonl``, ``.jsonl.gz`` or ``.parquet`` log files.
+        destination: the output file (not ``-``).
+        game: ``wc``/``we``/``ce``/``wr``: the Parquet schema of conversions and of an
+            empty log.
+        convert: called once with the ``(source, destination)`` pairs to convert, and ``game``.
+    Returns:
+        The number of datums (rows) written.
+    """
+    form = log_form(destination)
+    if not sources:
+        return write_log([], destination, game=game)
+    files = list(sources)
+    converted = {i: os.path.join(os.path.dirname(os.path.abspath(source)), f".out-{i:05d}{form}")
+                 for i, source in enumerate(files) if not joins_as_is(source, destination)}
+    try:
+        if converted:
+            convert([(files[i], copy) for i, copy in converted.items()], game)
+        for i, copy in converted.items():
+            files[i] = copy
+        with atomic_path(destination) as tmp:
+            if form == ".parquet":
+                return _join_parquet(files, tmp)
+            return _join_bytes(files, tmp, decompress=form == ".jsonl")
+    finally:
+        for copy in converted.values():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(copy)
+
+
+def _join_bytes(sources: Sequence[str], destination: str, decompress: bool) -> int:
+    """Copy ``sources`` one after the other (``.gz`` ones decompressed if ``decompress``,
+    else as they are); returns the number of lines."""
+    with open(destination, "wb") as out:
+        return sum(_append(source, out, decompress) for source in sources)
+
+
+def _append(source: str, out, decompress: bool) -> int:
+    if is_gzip_name(source) and not decompress:
+        with open(source, "rb") as raw:
+            shutil.copyfileobj(raw, out, 1 << 20)
+        with gzip.open(source, "rb") as part:    # its lines, counted apart
+            return sum(block.count(b"\n") for block in iter(lambda: part.read(1 << 20), b""))
+    lines = 0
+    with (gzip.open if is_gzip_name(source) else open)(source, "rb") as part:
+        for block in iter(lambda: part.read(1 << 20), b""):
+            out.write(block)
+            lines += block.count(b"\n")
+    return lines
+
+
+def _join_parquet(sources: Sequence[str], destination: str) -> int:
+    """Copy the Parquet files ``sources`` table by table into one, in row groups of
+    ``ROW_GROUP_ROWS``; returns the number of rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from .parquet import ROW_GROUP_ROWS
+
+    schema = pq.read_schema(sources[0])
+    total = 0
+    with pq.ParquetWriter(destination, schema) as writer:
+        pending: list[pa.Table] = []
+        rows = 0
+        for source in sources:
+            table = pq.read_table(source, schema=schema)
+            pending.append(table)
+            rows += table.num_rows
+            total += table.num_rows
+            if rows >= ROW_GROUP_ROWS:
+                whole = pa.concat_tables(pending)
+                cut = rows - rows % ROW_GROUP_ROWS
+                writer.write_table(whole.slice(0, cut), row_group_size=ROW_GROUP_ROWS)
+                pending, rows = [whole.slice(cut)], rows - cut
+        if rows:
+            writer.write_table(pa.concat_tables(pending), row_group_size=ROW_GROUP_ROWS)
+    return total
 
 
 @click.command("convert")

@@ -1,5 +1,6 @@
 """`lmc-dist run --output`: partitions joined in order into one log of any form
-(lmc_dist.run.write_output), converting partitions of the other form first."""
+(lmc_dist.run.write_output, lmchallenge.convert.join_logs), converting partitions of the
+other form first; `lmc convert RUN_DIR` joins the same way."""
 
 from __future__ import annotations
 
@@ -68,3 +69,22 @@ def test_no_partitions_gives_an_empty_log(tmp_path: Path) -> None:
     write_output(str(tmp_path / "run"), [], str(tmp_path / "all.parquet"), "wc")
     assert "completions" in pq.read_schema(tmp_path / "all.parquet").names
     assert list(read_log(str(tmp_path / "all.parquet"))) == []
+
+
+@pytest.mark.parametrize("part_form", ["parquet", "jsonl.gz"])
+@pytest.mark.parametrize("output", ["all.jsonl", "all.jsonl.gz", "all.parquet"])
+def test_lmc_convert_joins_a_run_directory(tmp_path: Path, part_form: str, output: str) -> None:
+    from click.testing import CliRunner
+
+    from lmchallenge.convert import cli
+    log = LOGS / "kjv.o2.wc.jsonl"
+    data, names = parts_of(log, tmp_path / "run", part_form, cuts=[4, 9])
+    out = tmp_path / output
+    result = CliRunner().invoke(cli, [str(tmp_path / "run"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    form = "parquet" if output.endswith(".parquet") else "jsonlines"
+    assert f"lmc convert: wrote {len(data)} tokens to {out} ({form})" in result.output
+    assert list(read_log(str(out))) == data
+    if output == "all.jsonl":
+        assert out.read_bytes() == log.read_bytes()
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == names
