@@ -30,7 +30,6 @@ import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import BinaryIO
 
 import fsspec
 

@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from lmchallenge.exceptions import LmcError, ModelError
 from lmchallenge.games.spec import GameSpec
-from lmchallenge.convert import convert_each, join_logs
+from lmchallenge.convert import CONVERTED_PREFIX, convert_file, join_logs
 from lmchallenge.log import atomic_path
 from lmchallenge.model import PredictorSpec
 
@@ -217,16 +217,9 @@ def write_output(run_dir: str, part_files: list[str], output: str, game: str,
         return
 
     def on_workers(pairs, game):
-        sources, copies = zip(*pairs)
-        client.gather(client.map(convert_part, sources, copies, game=game, pure=False))
+        client.gather(client.map(convert_file, *zip(*pairs), game=game, pure=False))
 
     join_logs(sources, output, game, convert=on_workers)
-
-
-def convert_part(source: str, destination: str, game: str | None) -> None:
-    """Write the log ``source`` again as ``destination``, in the form its name says (a task
-    of :func:`write_output`)."""
-    convert_each([(source, destination)], game)
 
 
 def _summary(outcome) -> dict[str, Any]:
@@ -245,7 +238,7 @@ def _remove_temporaries(run_dir: str) -> None:
     """Delete temporary files left by a process that died while writing: part files being
     written, and partitions converted for ``--output`` (:func:`write_output`)."""
     for name in os.listdir(run_dir):
-        if (name.startswith(".part-") and ".tmp-" in name) or name.startswith((".out-", "..out-")):
+        if (name.startswith(".part-") and ".tmp-" in name) or name.startswith((CONVERTED_PREFIX, "." + CONVERTED_PREFIX)):
             os.unlink(os.path.join(run_dir, name))
 
 
@@ -272,7 +265,6 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], do
         futures[future] = index
         outcomes[index] = future
     failed: list[str] = []
-    total_chars = sum(t.partition.characters for t in tasks)
     bar = tqdm(total=len(tasks), unit="part", file=sys.stderr, dynamic_ncols=True,
                disable=not (sys.stderr.isatty() if job.progress is None else job.progress))
     tokens = 0
@@ -300,7 +292,6 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], do
         raise
     finally:
         bar.close()
-    _ = total_chars
     return outcomes, failed
 
 

@@ -19,7 +19,6 @@ from typing import Any
 
 from distributed import WorkerPlugin, get_worker
 
-from lmchallenge.exceptions import LmcError
 from lmchallenge.games.runner import Game, run_game
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.log import write_log
@@ -211,10 +210,7 @@ def evaluate_partition(task: PartitionTask) -> PartitionOutcome:
         rows = write_log(observed(run_game(game, model, messages, train=task.train,
                                            first_message=task.partition.first_message)),
                          task.output_path, game=task.game.name, compresslevel=PART_GZIP_LEVEL)
-    except LmcError:
-        pool.discard(task.predictor)
-        raise
-    except BaseException:
+    except BaseException:     # the model may be in any state: the next partition starts anew
         pool.discard(task.predictor)
         raise
     pool.freeze_heap_once()

@@ -61,13 +61,13 @@ def convert(source: str, destination: str, game: str | None = None) -> int:
     Raises:
         lmchallenge.exceptions.InputError: the source is missing or not a readable log.
     """
-    first, data = _peek(read_log(source))
-    if game is None and first is not None:
-        game = detect_game(first)
     if destination != "-" and source != "-" and os.path.isdir(source):
         parts = [str(p) for p in run_dir_parts(source)]
         if all(joins_as_is(part, destination) for part in parts):   # no datum to read
             return join_logs(parts, destination, game)
+    first, data = _peek(read_log(source))
+    if game is None and first is not None:
+        game = detect_game(first)
     return write_log(data, destination, game=game)
 
 
@@ -91,10 +91,20 @@ def joins_as_is(source: str, destination: str) -> bool:
     return log_form(source) == form
 
 
+CONVERTED_PREFIX = ".out-"
+"""Name prefix of the copies :func:`join_logs` converts (their temporary files, being
+written, have one more dot in front)."""
+
+
+def convert_file(source: str, destination: str, game: str | None) -> None:
+    """Write the log file ``source`` again as ``destination``, in the form its name says."""
+    write_log(read_log(source), destination, game=game)
+
+
 def convert_each(pairs: Sequence[tuple[str, str]], game: str | None) -> None:
     """Convert every ``(source, destination)`` log file pair, one after the other."""
     for source, destination in pairs:
-        write_log(read_log(source), destination, game=game)
+        convert_file(source, destination, game)
 
 
 def join_logs(sources: Sequence[str], destination: str, game: str | None = None,
@@ -109,7 +119,8 @@ def join_logs(sources: Sequence[str], destination: str, game: str | None = None,
     (row groups of :data:`lmchallenge.parquet.ROW_GROUP_ROWS` rows).  Sources of another
     form (:func:`joins_as_is`) are first
     converted to the destination's form by ``convert`` (``lmc-dist`` passes one that runs on
-    its workers) into ``.out-NNNNN.*`` files beside them, which are deleted afterwards.
+    its workers) into ``.out-NNNNN.*`` files (:data:`CONVERTED_PREFIX`) beside them, which
+    are deleted afterwards.
 
     Args:
         sources: ``.jsonl``, ``.jsonl.gz`` or ``.parquet`` log files.
@@ -124,7 +135,7 @@ def join_logs(sources: Sequence[str], destination: str, game: str | None = None,
     if not sources:
         return write_log([], destination, game=game)
     files = list(sources)
-    converted = {i: os.path.join(os.path.dirname(os.path.abspath(source)), f".out-{i:05d}{form}")
+    converted = {i: os.path.join(os.path.dirname(os.path.abspath(source)), f"{CONVERTED_PREFIX}{i:05d}{form}")
                  for i, source in enumerate(files) if not joins_as_is(source, destination)}
     try:
         if converted:

@@ -491,7 +491,7 @@ def _tune_for_a_short_process() -> None:
       is kept instead (mallopt(3)); nothing changes where the C library is not glibc.
     """
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    import ctypes     # already imported by pyarrow
+    import ctypes     # already imported (by NumPy, which lmchallenge.reranking imports)
 
     try:
         mallopt = ctypes.CDLL(None).mallopt
