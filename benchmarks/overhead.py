@@ -31,6 +31,14 @@ def timed(argv: list[str], corpus: Path, stdin: bool) -> tuple[float, bytes]:
     return time.perf_counter() - start, out
 
 
+def kjv_slice(directory: Path, lines: int) -> Path:
+    """``directory/slice.txt``: the first ``lines`` lines of data/kjv/test.txt."""
+    corpus = directory / "slice.txt"
+    with open(REPO / "data" / "kjv" / "test.txt", "rb") as f:
+        corpus.write_bytes(b"".join(f.readline() for _ in range(lines)))
+    return corpus
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=3000)
@@ -40,9 +48,7 @@ def main() -> None:
     ours = str(Path(sys.executable).parent / "lmc")
     ref = str(Path(args.reference) / "bin" / "lmc")
     with tempfile.TemporaryDirectory() as tmp:
-        corpus = Path(tmp) / "slice.txt"
-        with open(REPO / "data" / "kjv" / "test.txt", "rb") as f:
-            corpus.write_bytes(b"".join(f.readline() for _ in range(args.lines)))
+        corpus = kjv_slice(Path(tmp), args.lines)
         print(f"corpus: first {args.lines} lines of data/kjv/test.txt; model: instant_model.py; "
               f"best of {args.repeat}")
         print(f"{'game':22} {'tokens':>8} {'ours tok/s':>12} {'ref tok/s':>12} {'ratio':>7}")

@@ -2,7 +2,7 @@
 
     python benchmarks/repeat_ngram.py MODEL_FILE --repeat K [--top 20]
 
-It serves :class:`lmchallenge.models.ngram.NgramModel` over the line protocol exactly as
+It serves :class:`lmchallenge.model.ngram.NgramModel` over the line protocol exactly as
 ``lmc-ngram serve MODEL_FILE`` does (same answers, same ``train``/``clear``), except that
 ``predict`` computes its answer ``K`` times and returns the last: the per-query cost is K
 times the n-gram model's own honest CPU work, in the model process, while the evaluator's
@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from lmchallenge.model import Result
-from lmchallenge.models import protocol
-from lmchallenge.models.ngram import NgramModel
+from lmchallenge.model.wire import Result
+from lmchallenge.model import serve as protocol
+from lmchallenge.model.ngram import NgramModel
 
 
 class RepeatedNgram(NgramModel):

@@ -1,43 +1,60 @@
-"""Tokens/s of `lmc-dist run` with 1 and 2 workers against `lmc run`, same model and corpus.
+"""`lmc-dist run` on 1, 2, 4, 8, 16 workers against `lmc run`: wall, CPU, cores busy, speed-up.
 
-    python benchmarks/scaling.py [--rows 0] [--repeat 1] [--game wc] [--partition-chars 20000]
-                                 [--format jsonl] [--rounds 1]
+    python benchmarks/scaling.py [--games we,wc] [--workers 1,2,4,8,16] [--lines 100000]
+        [--wc-lines 20000] [--text kjv|commits|both] [--repeat 1] [--format parquet]
+        [--partition-chars N] [--check] [--corpus FILE] [--json FILE]
+    python benchmarks/scaling.py --build-corpus 1000000 --corpus big.txt   # and stop
 
-Model: the built-in n-gram model trained on the King James Old Testament, served by
-``lmc-ngram serve`` (``--repeat 1``), or by ``benchmarks/repeat_ngram.py --repeat K``, the same
-model computing every prediction K times (a CPU-bound model K times as expensive per query;
-same answers).  Corpus: the first ROWS rows (0: all 3,118) of the marked-up rails commit corpus
-``data/commits/rails.test.sample.jsonl``.  `lmc run` writes the log to a file; `lmc-dist run`
-writes partitions (``--format``) and concatenates them into a log file (``--output``); the
-three logs are checked identical.  On a Linux machine shared with other sessions,
-``--autogroup-nice -10`` gives every process of the benchmark priority over them (with
-sched_autogroup, plain ``nice`` only weighs within a session, and each model process is a
-session of its own).
+Corpus: plain text, one message a line, no ``--train`` (the issue 12 set-up), built from the
+shipped real text by cycling through its lines until ``--lines`` (``--text``: ``kjv`` the
+King James test then train text, ``commits`` the lines of the rails commit messages, test
+then train, ``both`` the two interleaved line by line).  ``--build-corpus N --corpus FILE``
+writes an N-line corpus and stops (a 1M-line kjv corpus is about 120 MB; build it on the
+machine that runs the benchmark rather than carry it).
 
-With ``--rounds K`` the three runs are made K times, one after the other in each round, and
-the ratios are taken within each round (a shared machine's speed drifts over minutes: a ratio
-of runs a minute apart is fairer than one of runs ten minutes apart); the median and the
-best of the rounds are printed at the end.  After each round the machine's 2-core ceiling is
-measured (:func:`ceiling`: two CPU-bound processes at once against one): on a shared machine
-no 2-worker run can beat it.
+Model: the built-in n-gram model trained on the KJV training text, served by
+``lmc-ngram serve`` (``--repeat 1``) or by ``benchmarks/repeat_ngram.py --repeat K`` (the same
+answers, K times the model's CPU per query).
 
-Printed for each run: wall time, tokens/s, ratio to `lmc run`, and CPU seconds of the whole
-process tree split into the model processes' (``/usr/bin/time`` around each model) and the
-evaluator's (everything else: game, protocol, log, statistics, Dask, client).  Then a
-projection for 8 and 32 workers from the 1-worker run's time line (manifest ``began`` and
-``elapsed`` of every partition): start-up (launch to first partition), task overhead (gaps
-between consecutive partitions on the worker), the partitions' own times, and the tail (last
-partition to exit), scheduling the measured partition times on N workers longest-first; then
-the same with the work divided evenly (a corpus with many more partitions than workers), and
-the per-token limit (start-up and tail amortised away).  Every projected worker is assumed to
-get the CPU a worker had in the measured 1-worker run (its game and its model process each on
-a core when they need it).
+Printed per game and run: wall seconds; CPU-seconds of all processes (the process tree's
+``RUSAGE_CHILDREN``: client, scheduler, nannies, workers, models) split into the models'
+(``/usr/bin/time`` around each model) and the evaluator's (the rest); evaluator microseconds
+per token; cores busy (CPU-seconds / wall); speed-up over `lmc run` (its wall / this wall);
+and the ratio to the CPU limit: wall / (CPU-seconds of `lmc run` / workers), the issue 12
+target being <= 1.25 at 16 workers.  With ``--check`` every `lmc-dist` run also writes
+``--output`` and its log must equal `lmc run`'s byte for byte (costs a join per run).
+
+Then the run-time model of BENCHMARKS.md ("scaling", "past one machine"): the costs it needs
+measured from these runs (per token of the evaluator and model, per partition on a worker,
+start-up, tail), its predictions for the measured worker counts (with the error) and for 64
+to 1,024 workers.
+
+On the device machine (16 cores, Python 3.12 with NumPy, pandas, PyArrow, SciPy, click and
+tqdm, no network): carry this repository and the wheels it lacks.  Here, in the repository
+root::
+
+    echo /.whl/ >> .git/info/exclude
+    python3 -m pip download --only-binary=:all: --python-version 3.12 --implementation cp \\
+        --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \\
+        dask distributed emoji jsonschema regex fsspec
+    # then delete from .whl what the machine has (numpy, pandas, pyarrow, ...) so one
+    # version of each remains; `--wheels .whl` below installs the rest
+
+and run, carrying ``.whl``::
+
+    python3 benchmarks/scaling.py --wheels .whl --lines 100000 --wc-lines 20000
+
+``--wheels DIR`` installs ``DIR/*.whl`` and this repository (no dependencies, no index) into
+a target directory and re-executes this script with it on ``PYTHONPATH``, with the commands
+``lmc``, ``lmc-dist`` and ``lmc-ngram`` made as small scripts in a ``bin`` beside it.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import heapq
+import itertools
 import json
 import os
 import resource
@@ -48,12 +65,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 TIME = shutil.which("time", path="/usr/bin")
+SCALE_WORKERS = (64, 128, 256, 512, 1024)
 
 
 @dataclass
@@ -65,6 +83,24 @@ class Measured:
     model_cpu: float
     launched: float
     ended: float
+
+
+@dataclass
+class Row:
+    """A printed result line (also written with ``--json``)."""
+
+    game: str
+    run: str
+    workers: int
+    tokens: int
+    wall: float
+    cpu: float
+    model_cpu: float
+    evaluator_us_per_token: float
+    cores_busy: float
+    speedup: float
+    ratio_to_cpu_limit: float
+    partitions: int = 0
 
 
 def children_cpu() -> float:
@@ -87,13 +123,15 @@ def run(argv: list[str], cpu_file: Path, stdout=subprocess.DEVNULL) -> Measured:
     before = children_cpu()
     launched = time.time()
     start = time.perf_counter()
-    subprocess.run(argv, stdout=stdout, stderr=subprocess.PIPE, check=True, env=env)
+    done = subprocess.run(argv, stdout=stdout, stderr=subprocess.PIPE, env=env)
     wall = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"{shlex.join(argv)} failed:\n{done.stderr.decode()[-3000:]}")
     return Measured(wall=wall, cpu=children_cpu() - before, model_cpu=model_cpu(cpu_file),
                     launched=launched, ended=launched + wall)
 
 
-def model_command(model_file: Path, repeat: int, cpu_file: Path, autogroup_nice: int | None) -> str:
+def model_command(model_file: Path, repeat: int, cpu_file: Path) -> str:
     """The shell command of the model, wrapped in /usr/bin/time (appending its CPU seconds)."""
     if repeat == 1:
         command = f"{BIN / 'lmc-ngram'} serve {model_file}"
@@ -102,156 +140,346 @@ def model_command(model_file: Path, repeat: int, cpu_file: Path, autogroup_nice:
                    f"--repeat {repeat}")
     if TIME is not None:
         command = f"{TIME} -a -o {shlex.quote(str(cpu_file))} -f '%U %S' {command}"
-    if autogroup_nice is not None:  # a model is a session of its own: its own autogroup
-        command = f"echo {autogroup_nice} > /proc/self/autogroup; exec {command}"
     return command
 
 
-def set_autogroup_nice(value: int) -> None:
-    """Give this session's autogroup (this script, lmc, lmc-dist and its Dask processes) the
-    nice ``value``: with sched_autogroup on, plain nice does not weigh against other sessions."""
-    with open("/proc/self/autogroup", "w") as f:
-        f.write(str(value))
+# --- corpus -------------------------------------------------------------------------------
+
+def _text_lines(text: str) -> list[str]:
+    """Non-empty lines of the shipped real text (``kjv``, ``commits`` or ``both``)."""
+    def kjv() -> list[str]:
+        with open(REPO / "data/kjv/test.txt", encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        with gzip.open(REPO / "data/kjv/train.txt.gz", "rt", encoding="utf-8") as f:
+            return lines + f.read().splitlines()
+
+    def commits() -> list[str]:
+        lines = []
+        for name in ("rails.test.jsonl.gz", "rails.train.jsonl.gz"):
+            with gzip.open(REPO / "data/commits" / name, "rt", encoding="utf-8") as f:
+                for row in f:
+                    lines.extend(json.loads(row)["text"].splitlines())
+        return lines
+
+    if text == "kjv":
+        chosen = kjv()
+    elif text == "commits":
+        chosen = commits()
+    else:
+        chosen = [line for pair in itertools.zip_longest(kjv(), commits()) for line in pair if line]
+    return [line for line in chosen if line.strip()]
 
 
-def describe(name: str, m: Measured, tokens: int, base: float | None) -> str:
-    rate = tokens / m.wall
-    ratio = f", {rate / base:.2f}x lmc run" if base else ""
-    other = m.cpu - m.model_cpu
-    return (f"{name}: {m.wall:.1f} s = {rate:,.0f} tokens/s{ratio}; CPU {m.cpu:.1f} s = model "
-            f"{m.model_cpu:.1f} s ({1e6 * m.model_cpu / tokens:.0f} us/token) + evaluator "
-            f"{other:.1f} s ({1e6 * other / tokens:.0f} us/token)")
+def build_corpus(path: Path, lines: int, text: str) -> None:
+    """Write ``lines`` lines of real text to ``path``, cycling through the shipped text."""
+    source = _text_lines(text)
+    with open(path, "w", encoding="utf-8") as f:
+        for line in itertools.islice(itertools.cycle(source), lines):
+            f.write(line + "\n")
 
 
-def longest_first(times: list[float], workers: int) -> float:
-    """Makespan of ``times`` scheduled longest-first on ``workers`` identical workers."""
-    loads = [0.0] * workers
-    heapq.heapify(loads)
-    for t in sorted(times, reverse=True):
-        heapq.heappush(loads, heapq.heappop(loads) + t)
-    return max(loads)
+# --- runs ---------------------------------------------------------------------------------
 
-
-def timeline(run: Measured, partitions: list[dict]) -> tuple[float, float, float, list[float]]:
-    """(start-up, task overhead per partition, tail, partition times) of a 1-worker run."""
-    spans = sorted((p["began"], p["began"] + p["elapsed"]) for p in partitions)
-    elapsed = [end - begin for begin, end in spans]
-    startup = spans[0][0] - run.launched
-    tail = run.ended - spans[-1][1]
-    gaps = [max(0.0, b[0] - a[1]) for a, b in zip(spans, spans[1:])]
-    overhead = sum(gaps) / len(gaps) if gaps else 0.0
-    return startup, overhead, tail, elapsed
-
-
-CEILING_LOOP = "x = 0\nfor i in range({n}):\n    x += i * i % 7\n"
-
-
-def ceiling(n: int = 10_000_000, repeat: int = 3) -> float:
-    """This machine's 2-core ceiling now: the throughput of two CPU-bound Python processes
-    running at once over that of one alone, the median of ``repeat`` tries (2.0 on two idle
-    cores; less where the cores are shared with other work or are hyperthreads of one)."""
-    argv = [sys.executable, "-c", CEILING_LOOP.format(n=n)]
+def ceiling(processes: int, n: int = 5_000_000, repeat: int = 3) -> float:
+    """This machine's ceiling for ``processes`` CPU-bound processes now: their throughput
+    running at once over that of one alone, the median of ``repeat`` tries (``processes``
+    on idle cores; less where cores are shared or hyperthreads)."""
+    argv = [sys.executable, "-c", f"x = 0\nfor i in range({n}):\n    x += i * i % 7\n"]
     ratios = []
     for _ in range(repeat):
         start = time.perf_counter()
         subprocess.run(argv, check=True)
         one = time.perf_counter() - start
         start = time.perf_counter()
-        for process in [subprocess.Popen(argv) for _ in range(2)]:
+        for process in [subprocess.Popen(argv) for _ in range(processes)]:
             process.wait()
-        ratios.append(2 * one / (time.perf_counter() - start))
+        ratios.append(processes * one / (time.perf_counter() - start))
     return statistics.median(ratios)
 
 
-def measure_round(work: Path, model: str, corpus: Path, cpu_file: Path, args: argparse.Namespace
-                  ) -> tuple[Measured, int, dict[int, float], tuple[float, float, float, list[float]]]:
-    """`lmc run`, then `lmc-dist run` with 1 and 2 workers (each checked against `lmc run`'s
-    log): (the `lmc run`, tokens, tokens/s by workers, the 1-worker time line)."""
-    single_log = work / "single.jsonl"
+def row(game: str, name: str, workers: int, m: Measured, tokens: int, single: Measured | None,
+        partitions: int = 0) -> Row:
+    base = single or m
+    evaluator = m.cpu - m.model_cpu
+    return Row(game=game, run=name, workers=workers, tokens=tokens, wall=m.wall, cpu=m.cpu,
+               model_cpu=m.model_cpu, evaluator_us_per_token=1e6 * evaluator / tokens,
+               cores_busy=m.cpu / m.wall, speedup=base.wall / m.wall,
+               ratio_to_cpu_limit=m.wall / (base.cpu / workers), partitions=partitions)
+
+
+def print_row(r: Row) -> None:
+    print(f"  {r.run:<26} {r.wall:8.1f} s {r.cpu:8.1f} CPU-s (model {r.model_cpu:7.1f}, evaluator "
+          f"{r.evaluator_us_per_token:5.0f} us/token) {r.cores_busy:5.1f} cores "
+          f"{r.speedup:5.2f}x {r.ratio_to_cpu_limit:5.2f} x limit"
+          + (f"  {r.partitions} partitions" if r.partitions else ""), flush=True)
+
+
+def measure_game(game: str, corpus: Path, model: str, cpu_file: Path, work: Path,
+                 args: argparse.Namespace) -> tuple[list[Row], dict[int, list[dict]], Measured]:
+    """`lmc run`, then `lmc-dist run` on each worker count: rows, each run's partitions
+    (manifest records) by workers, and the `lmc run` measurement."""
+    single_log = work / f"single-{game}.jsonl"
     with open(single_log, "wb") as out:
-        single = run([str(BIN / "lmc"), "run", model, args.game, str(corpus)], cpu_file, stdout=out)
-    log = single_log.read_bytes()
-    tokens = log.count(b"\n")
-    base = tokens / single.wall
-    print(describe(f"lmc run ({tokens} tokens)", single, tokens, None))
-    rates, first = {}, None
-    for workers in (1, 2):
-        run_dir = work / f"run{workers}"
+        single = run([str(BIN / "lmc"), "run", model, game, str(corpus)], cpu_file, stdout=out)
+    with open(single_log, "rb") as f:
+        tokens = sum(1 for _ in f)
+    rows = [row(game, "lmc run", 1, single, tokens, None)]
+    print(f"{game}: {tokens:,} tokens")
+    print_row(rows[0])
+    partitions: dict[int, list[dict]] = {}
+    for workers in args.workers:
+        run_dir = work / f"run-{game}-{workers}"
         shutil.rmtree(run_dir, ignore_errors=True)
-        out = work / f"all{workers}.jsonl"
-        m = run([str(BIN / "lmc-dist"), "run", model, args.game, "--input", str(corpus),
-                 "--run-dir", str(run_dir), "--workers", str(workers), "--format", args.format,
-                 "--partition-chars", str(args.partition_chars), "--output", str(out)], cpu_file)
-        assert out.read_bytes() == log, f"{workers} workers: log differs from lmc run"
-        rates[workers] = tokens / m.wall
-        partitions = json.loads((run_dir / "_manifest.json").read_text())["partitions"]
-        elapsed = [p["elapsed"] for p in partitions]
-        print(describe(f"lmc-dist --workers {workers}", m, tokens, base)
-              + f"; {len(elapsed)} partitions, sum {sum(elapsed):.1f} s, max {max(elapsed):.2f} s")
-        if workers == 1:
-            first = timeline(m, partitions)
-    return single, tokens, rates, first
+        argv = [str(BIN / "lmc-dist"), "run", model, game, "--input", str(corpus),
+                "--run-dir", str(run_dir), "--workers", str(workers), "--part-format", args.format]
+        if args.partition_chars:
+            argv += ["--partition-chars", str(args.partition_chars)]
+        out = work / f"all-{game}-{workers}.jsonl"
+        if args.check:
+            argv += ["--output", str(out)]
+        m = run(argv, cpu_file)
+        if args.check:
+            with open(out, "rb") as a, open(single_log, "rb") as b:
+                same = all(x == y for x, y in itertools.zip_longest(a, b))
+            assert same, f"{game}, {workers} workers: the log differs from lmc run's"
+            out.unlink()
+        partitions[workers] = json.loads((run_dir / "_manifest.json").read_text())["partitions"]
+        rows.append(row(game, f"lmc-dist --workers {workers}", workers, m, tokens, single,
+                        len(partitions[workers])))
+        rows[-1].launched, rows[-1].ended = m.launched, m.ended  # type: ignore[attr-defined]
+        print_row(rows[-1])
+        shutil.rmtree(run_dir, ignore_errors=True)
+    single_log.unlink()
+    return rows, partitions, single
+
+
+# --- the run-time model -------------------------------------------------------------------
+
+@dataclass
+class Costs:
+    """Measured costs of the run-time model (seconds unless named otherwise).
+
+    startup: launch to the first partition's start (scan, cluster, first model).
+    per_partition: a partition's fixed cost on its worker (gap between consecutive
+        partitions of one worker plus the intercept of elapsed against tokens).
+    per_token: a worker's seconds per token while it has the CPU it needs.
+    tail: last partition's end to exit (reduce, manifest, shutdown).
+    per_task_scheduler: the scheduler's and client's serial cost per task.
+    per_byte_scan: the client's serial scan per corpus byte.
+    """
+
+    startup: float
+    per_partition: float
+    per_token: float
+    tail: float
+    per_task_scheduler: float
+    per_byte_scan: float
+    cores_per_worker: float = 1.0
+
+
+SCHEDULER_SECONDS_PER_TASK = 0.002
+"""Serial cost of one task at the scheduler and client when not measured (``--task-cost``
+measures it): about 2 ms on the idle 2-core machine (BENCHMARKS.md, "scaling")."""
+
+
+def _noop(i: int) -> int:
+    return i
+
+
+def task_cost(tasks: int = 300) -> tuple[float, float]:
+    """Seconds per task of the client's loop as :func:`lmc_dist.job._run_partitions` runs
+    it, on an embedded 1-worker cluster with no-op tasks: (bare: submit and completion;
+    with the per-partition summary round trip the client makes today)."""
+    import dask
+    from distributed import Client, LocalCluster, as_completed
+
+    from lmchallenge.tuning import DASK_EMBEDDED_CONFIG
+
+    with dask.config.set(DASK_EMBEDDED_CONFIG):
+        cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                               dashboard_address=None)
+    result = []
+    with cluster, Client(cluster) as client:
+        client.submit(_noop, -1).result()
+        for summary in (False, True):
+            start = time.perf_counter()
+            futures = [client.submit(_noop, i, pure=False) for i in range(tasks)]
+            for future in as_completed(futures):
+                if summary:
+                    client.submit(_noop, future, pure=False).result()
+            result.append((time.perf_counter() - start) / tasks)
+    return result[0], result[1]
+
+
+def fit_costs(rows: list[Row], partitions: dict[int, list[dict]], corpus_bytes: int,
+              scan_seconds: float, per_task: float = SCHEDULER_SECONDS_PER_TASK) -> Costs:
+    """The costs, from the 1-worker run (the least contended) of one game: per partition
+    the mean gap between consecutive partitions, per token the partitions' time over their
+    tokens (the first partition's one-off costs, imports and the model's start, included),
+    cores per worker the run's CPU over its wall time (evaluator and model together)."""
+    one = next(r for r in rows if r.workers == 1 and r.run != "lmc run")
+    parts = sorted(partitions[1], key=lambda p: p["began"])
+    spans = [(p["began"], p["began"] + p["elapsed"]) for p in parts]
+    gaps = [max(0.0, b[0] - a[1]) for a, b in zip(spans, spans[1:])]
+    return Costs(startup=spans[0][0] - one.launched,  # type: ignore[attr-defined]
+                 per_partition=statistics.mean(gaps) if gaps else 0.0,
+                 per_token=sum(p["elapsed"] for p in parts) / sum(p["rows"] for p in parts),
+                 tail=one.ended - spans[-1][1],  # type: ignore[attr-defined]
+                 per_task_scheduler=per_task,
+                 per_byte_scan=scan_seconds / corpus_bytes, cores_per_worker=one.cpu / one.wall)
+
+
+def predict(costs: Costs, tokens: int, corpus_bytes: int, partitions: int, workers: int,
+            sizes: list[int] | None = None, measured_bytes: int = 0,
+            cores: float | None = None) -> float:
+    """Predicted wall seconds on ``workers`` workers (see BENCHMARKS.md, "past one
+    machine"): start-up (with the scan's share for the corpus), the partitions scheduled
+    longest-first on the workers (each its fixed cost plus its tokens' time), or the
+    scheduler's serial task cost if larger, and the tail."""
+    if sizes is None:
+        sizes = [tokens // partitions] * partitions
+    # workers needing more cores than the machine has share them (None: each has its own)
+    slowdown = max(1.0, workers * costs.cores_per_worker / cores) if cores else 1.0
+    times = [costs.per_partition + costs.per_token * slowdown * n for n in sizes]
+    loads = [0.0] * workers
+    heapq.heapify(loads)
+    for t in times:  # in corpus order, as the client submits them
+        heapq.heappush(loads, heapq.heappop(loads) + t)
+    busy = max(max(loads), costs.per_task_scheduler * len(sizes))
+    scan_growth = costs.per_byte_scan * max(0, corpus_bytes - measured_bytes)
+    return costs.startup + scan_growth + busy + costs.tail
+
+
+def model_report(game: str, rows: list[Row], partitions: dict[int, list[dict]], costs: Costs,
+                 corpus_bytes: int) -> None:
+    tokens = rows[0].tokens
+    print(f"{game}: run-time model: start-up {costs.startup:.2f} s, {costs.per_partition * 1e3:.0f} ms "
+          f"per partition, {costs.per_token * 1e6:.1f} us per token per worker, tail "
+          f"{costs.tail:.2f} s, {costs.per_task_scheduler * 1e3:.1f} ms per task at the scheduler, "
+          f"scan {costs.per_byte_scan * 1e9:.1f} ns per byte, {costs.cores_per_worker:.2f} cores "
+          f"per worker")
+    for r in rows[1:]:
+        sizes = [p["rows"] for p in partitions[r.workers]]
+        p = predict(costs, tokens, corpus_bytes, len(sizes), r.workers, sizes, corpus_bytes,
+                    cores=os.cpu_count())
+        print(f"  {r.workers:>5} workers: predicted {p:7.1f} s, measured {r.wall:7.1f} s "
+              f"(error {100 * (p - r.wall) / r.wall:+.0f}%)")
+    for workers in SCALE_WORKERS:
+        for scale in (1, 10, 100):
+            n = max(6 * workers, 1)
+            p = predict(costs, tokens * scale, corpus_bytes * scale, n, workers,
+                        measured_bytes=corpus_bytes)
+            print(f"  {workers:>5} workers, {scale:>3}x this corpus ({n} partitions): {p:8.1f} s "
+                  f"= {rows[0].wall * scale / p:6.1f}x lmc run")
+
+
+# --- set-up -------------------------------------------------------------------------------
+
+def reexec_with_wheels(wheels: Path) -> None:
+    """Install ``wheels/*.whl`` into a target directory and run the script that was started
+    (``sys.argv[0]``: this one, or one that imports this) again with them and this
+    repository importable and the commands in a ``bin`` beside them."""
+    site = Path(tempfile.mkdtemp(prefix="lmc-site-"))
+    found = sorted(wheels.glob("*.whl"))
+    if found:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                        "--no-compile", "--no-cache-dir", "--target", str(site / "lib"),
+                        *map(str, found)], check=True)
+    bin_dir = site / "bin"
+    bin_dir.mkdir()
+    for name, target in (("lmc", "lmchallenge.cli:main"), ("lmc-dist", "lmc_dist.cli:main"),
+                         ("lmc-ngram", "lmchallenge.cli.ngram:main"),
+                         ("lmc-neural", "lmchallenge.cli.neural:main")):
+        module, function = target.split(":")
+        script = bin_dir / name
+        script.write_text(f"#!{sys.executable}\nimport sys\nfrom {module} import {function}\n"
+                          f"if __name__ == '__main__':\n    sys.exit({function}())\n")
+        script.chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site / "lib"), str(REPO)]),
+           "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "LMC_SCALING_BIN": str(bin_dir)}
+    argv = [a for a in sys.argv[1:]]
+    i = argv.index("--wheels")
+    del argv[i:i + 2]
+    os.execve(sys.executable, [sys.executable, os.path.abspath(sys.argv[0]), *argv], env)
 
 
 def main() -> None:
+    global BIN
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", type=int, default=0, help="corpus rows (0: all)")
+    parser.add_argument("--games", default="we,wc", help="comma-separated games")
+    parser.add_argument("--workers", default="1,2,4,8,16",
+                        type=lambda s: [int(w) for w in s.split(",")])
+    parser.add_argument("--lines", type=int, default=100_000, help="corpus lines for we")
+    parser.add_argument("--wc-lines", type=int, default=None,
+                        help="corpus lines for wc (default: --lines / 5; wc asks ~4x the queries)")
+    parser.add_argument("--text", default="kjv", choices=["kjv", "commits", "both"])
+    parser.add_argument("--corpus", type=Path, default=None,
+                        help="use (or with --build-corpus, write) this corpus")
+    parser.add_argument("--build-corpus", type=int, default=None, metavar="N",
+                        help="write an N-line corpus to --corpus and stop")
     parser.add_argument("--repeat", type=int, default=1,
                         help="predictions computed per query (1: lmc-ngram serve)")
-    parser.add_argument("--game", default="wc")
-    parser.add_argument("--partition-chars", type=int, default=20000)
-    parser.add_argument("--format", default="jsonl", choices=["jsonl", "parquet"])
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="rounds of the three runs; ratios are taken within a round")
-    parser.add_argument("--autogroup-nice", type=int, default=None, metavar="N",
-                        help="on a machine shared with other sessions: run every process of the "
-                             "benchmark (models included) with autogroup nice N (Linux, root for N<0)")
+    parser.add_argument("--partition-chars", type=int, default=None,
+                        help="pass --partition-chars (default: lmc-dist's choice for the cluster)")
+    parser.add_argument("--format", default="parquet", choices=["jsonl", "parquet"])
+    parser.add_argument("--check", action="store_true",
+                        help="also write --output and compare it with lmc run's log")
+    parser.add_argument("--ceiling", action="store_true",
+                        help="measure the machine's ceiling for the largest worker count first")
+    parser.add_argument("--task-cost", action="store_true",
+                        help="measure the client's and scheduler's serial cost per task first")
+    parser.add_argument("--json", type=Path, default=None, help="write the rows here")
+    parser.add_argument("--wheels", type=Path, default=None, metavar="DIR",
+                        help="install DIR/*.whl and this repository first (device machine)")
     args = parser.parse_args()
-    if args.autogroup_nice is not None:
-        set_autogroup_nice(args.autogroup_nice)
+    if args.wheels is not None:
+        reexec_with_wheels(args.wheels)
+    if os.environ.get("LMC_SCALING_BIN"):
+        BIN = Path(os.environ["LMC_SCALING_BIN"])
+    if args.build_corpus:
+        build_corpus(args.corpus, args.build_corpus, args.text)
+        return
     work = Path(tempfile.mkdtemp(prefix="lmc-scaling-"))
     try:
+        print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()}, "
+              f"Python {sys.version.split()[0]}")
+        if args.ceiling:
+            n = max(args.workers)
+            print(f"ceiling for {n} CPU-bound processes: {ceiling(n):.2f}x one", flush=True)
+        per_task = SCHEDULER_SECONDS_PER_TASK
+        if args.task_cost:
+            bare, with_summary = task_cost()
+            per_task = with_summary
+            print(f"serial cost per task: {bare * 1e3:.1f} ms bare, {with_summary * 1e3:.1f} ms with "
+                  "the client's summary round trip (used below)", flush=True)
         model_file = work / "kjv.lm"
         subprocess.run([str(BIN / "lmc-ngram"), "train", str(REPO / "data/kjv/train.txt.gz"),
                         "-o", str(model_file)], check=True)
-        corpus = work / "commits.jsonl"
-        with open(REPO / "data/commits/rails.test.sample.jsonl", "rb") as f:
-            lines = f.readlines()
-        corpus.write_bytes(b"".join(lines[:args.rows] if args.rows else lines))
         cpu_file = work / "model-cpu.txt"
-        model = model_command(model_file, args.repeat, cpu_file, args.autogroup_nice)
-        print(f"model: {model}\nload average: {os.getloadavg()}")
-        # per round: 1 and 2 workers vs lmc run, 2 vs 1 worker, the machine's 2-core ceiling
-        ratios: list[tuple[float, float, float, float]] = []
-        for round_ in range(args.rounds):
-            if args.rounds > 1:
-                print(f"round {round_ + 1} (load average {os.getloadavg()[0]:.2f}):")
-            single, tokens, rates, first = measure_round(work, model, corpus, cpu_file, args)
-            base = tokens / single.wall
-            ratios.append((rates[1] / base, rates[2] / base, rates[2] / rates[1], ceiling()))
-            print(f"speed-up 2 vs 1 worker: {rates[2] / rates[1]:.2f}x; 2 workers vs lmc run: "
-                  f"{rates[2] / base:.2f}x; the machine's 2-core ceiling just after: "
-                  f"{ratios[-1][3]:.2f}x (two CPU-bound processes at once vs one)")
-        if args.rounds > 1:
-            for i, name in enumerate(("1 worker vs lmc run", "2 workers vs lmc run",
-                                      "2 vs 1 worker", "2-core ceiling")):
-                values = sorted(r[i] for r in ratios)
-                print(f"{name}: median {statistics.median(values):.2f}x, best {values[-1]:.2f}x, "
-                      f"rounds {', '.join(f'{r[i]:.2f}' for r in ratios)}")
-        startup, overhead, tail, elapsed = first   # of the last round
-        print(f"1-worker time line: start-up {startup:.2f} s, task overhead {overhead * 1e3:.0f} ms "
-              f"per partition, partitions {sum(elapsed):.1f} s (largest {max(elapsed):.2f} s), "
-              f"tail {tail:.2f} s")
-        total = sum(elapsed) + overhead * len(elapsed)   # the partitions' work, in seconds
-        for n in (8, 32):
-            busy = longest_first([e + overhead for e in elapsed], n)
-            projected = startup + busy + tail
-            even = startup + total / n + tail
-            print(f"projection {n} workers: {startup:.1f} + {busy:.1f} + {tail:.1f} s = "
-                  f"{projected:.1f} s = {tokens / projected:,.0f} tokens/s "
-                  f"({tokens / projected / base:.1f}x lmc run); with partitions small enough "
-                  f"to divide evenly {even:.1f} s ({single.wall / even:.1f}x); per token, "
-                  f"start-up and tail left out, {single.wall / (total / n):.1f}x")
+        model = model_command(model_file, args.repeat, cpu_file)
+        all_rows: list[Row] = []
+        for game in args.games.split(","):
+            lines = args.lines if game != "wc" else (args.wc_lines or max(1, args.lines // 5))
+            corpus = args.corpus or work / f"corpus-{lines}.txt"
+            if args.corpus is None and not corpus.exists():
+                build_corpus(corpus, lines, args.text)
+            start = time.perf_counter()
+            from lmc_dist.partition import scan
+            from lmc_dist.sizing import ForCluster, query_cost
+            from lmchallenge.games.spec import GameSpec
+            scanned = scan(str(corpus), "text", ForCluster(1), False, str(work),
+                           cost=query_cost(GameSpec(game)))
+            scan_seconds = time.perf_counter() - start
+            size = corpus.stat().st_size
+            print(f"corpus: {corpus} ({lines:,} lines, {size / 1e6:.1f} MB; scan {scan_seconds:.2f} s, "
+                  f"{scanned.size.estimated_queries:,} estimated {game} queries)", flush=True)
+            rows, partitions, _ = measure_game(game, corpus, model, cpu_file, work, args)
+            all_rows += rows
+            if 1 in partitions:
+                model_report(game, rows, partitions,
+                             fit_costs(rows, partitions, size, scan_seconds, per_task), size)
+        if args.json:
+            args.json.write_text(json.dumps([asdict(r) for r in all_rows], indent=1) + "\n")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

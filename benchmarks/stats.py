@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from lmchallenge.parquet import write_parquet  # noqa: E402
+from lmchallenge.logs.parquet import write_parquet  # noqa: E402
 
 
 def source_rows() -> list[dict]:

@@ -33,8 +33,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from lmchallenge.errors import ErrorModel, read_vocabulary
-from lmchallenge.search import CandidateSearch  # noqa: E402
+from lmchallenge.games.typos import ErrorModel, read_vocabulary
+from lmchallenge.games.candidates import CandidateSearch  # noqa: E402
 from lmchallenge.tokenize import words  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data"

@@ -2,21 +2,54 @@
 
 from __future__ import annotations
 
-import gc
 import json
+import logging
 import sys
 
 import click
+from click.core import ParameterSource
 
+from lmchallenge.logs import rundir
 from lmchallenge.corpus import FORMATS
-from lmchallenge.errors import DEFAULT_ERROR_CHARS, DEFAULT_P_ANYKEY
-from lmchallenge.exceptions import LmcError
+from lmchallenge.errors import LmcError
 from lmchallenge.games.spec import GameSpec
-from lmchallenge.model import PredictorSpec
-from lmchallenge.run import JsonOption, set_verbosity
+from lmchallenge.model.spec import PredictorSpec
+from lmchallenge.cli.game_options import wr_options
+from lmchallenge.cli.options import JsonOption, partial_option, run_command, set_verbosity
+from lmchallenge.cli.uncertainty import bootstrap_options, settings_of, wanted
 
-from . import reduce
-from .run import DEFAULT_PARTITION_CHARS, DistJob, execute
+from lmc_dist import reduce
+from lmc_dist.job import DEFAULT_PARTITION_CHARS, DistJob, execute
+from lmc_dist.resources import parse_resources
+
+
+class ResourcesParam(click.ParamType):
+    """``--resources``: ``NAME=AMOUNT`` items (:func:`lmc_dist.resources.parse_resources`)."""
+
+    name = "NAME=AMOUNT"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, dict):
+            return value
+        try:
+            return parse_resources(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+class CorpusFormat(click.Choice):
+    """The corpus format (``auto``, ``text``, ``json``), as ``lmc run --format``; a partition
+    file format given here is pointed to ``--part-format``."""
+
+    def __init__(self) -> None:
+        super().__init__(FORMATS)
+
+    def convert(self, value, param, ctx):
+        if value in ("parquet", "jsonl"):
+            self.fail(f"{value!r} is a partition file format: --format is the corpus format"
+                      f" ({', '.join(FORMATS)}), as for lmc run; write --part-format {value}",
+                      param, ctx)
+        return super().convert(value, param, ctx)
 
 
 def run_options(function):
@@ -26,17 +59,27 @@ def run_options(function):
                      help="Corpus: a path or fsspec URL every worker can read (.gz ok)."),
         click.option("--run-dir", required=True, metavar="DIR",
                      help="Output directory: part-NNNNN files, _manifest.json, _stats.json."),
-        click.option("--format", "out_format", type=click.Choice(["parquet", "jsonl"]),
-                     default="parquet", show_default=True, help="Partition file format."),
-        click.option("-f", "--corpus-format", type=click.Choice(FORMATS), default="auto",
-                     show_default=True, help="Corpus format."),
+        click.option("--part-format", "out_format", type=click.Choice(["parquet", "jsonl"]),
+                     default="parquet", show_default=True,
+                     help="Partition file format (part-NNNNN.parquet or .jsonl.gz)."),
+        click.option("-f", "--format", "corpus_format", type=CorpusFormat(), default="auto",
+                     show_default=True,
+                     help="Corpus format, as for lmc run: plain text lines, marked-up jsonlines,"
+                          " or detected from the first non-blank line."),
+        click.option("--corpus-format", "old_corpus_format", type=click.Choice(FORMATS),
+                     hidden=True, help="Deprecated spelling of --format."),
         click.option("--scheduler", metavar="ADDR",
                      help="Dask scheduler address (tcp://HOST:8786); default: an embedded cluster."),
         click.option("--workers", type=click.IntRange(1), metavar="N",
                      help="Worker processes of the embedded cluster (default: one per core)."),
-        click.option("--partition-chars", type=click.IntRange(1), default=DEFAULT_PARTITION_CHARS,
-                     show_default=True,
-                     help="Target characters per partition (smaller near the end of the corpus)."),
+        click.option("--resources", type=ResourcesParam(), default=None,
+                     help="Dask worker resources each partition task needs, e.g. GPU=1: only "
+                          "workers started with `dask worker --resources GPU=1` run partitions "
+                          "(the embedded cluster's workers declare them)."),
+        click.option("--partition-chars", type=click.IntRange(1), metavar="N",
+                     help="Target characters per partition (smaller near the end of the corpus); "
+                          f"e.g. {DEFAULT_PARTITION_CHARS}. Default: partitions of estimated model "
+                          "queries, about 6 per worker (--resume: as recorded)."),
         click.option("-t", "--train/--no-train", default=False,
                      help="Train the model per message, clearing it per user (as lmc run)."),
         click.option("--resume", is_flag=True, help="Finish the run in --run-dir."),
@@ -54,7 +97,7 @@ def run_options(function):
     ]
     for option in reversed(options):
         function = option(function)
-    return function
+    return bootstrap_options(function, seed="--ci-seed")      # --confidence: "ci" in _stats.json
 
 
 @click.group()
@@ -73,16 +116,24 @@ def run_group(ctx, predictor):
 
 def _execute(ctx, game: GameSpec, kw: dict) -> None:
     set_verbosity(kw.pop("verbose"))
+    old = kw.pop("old_corpus_format")
+    if old is not None:
+        if ctx.get_parameter_source("corpus_format") == ParameterSource.COMMANDLINE:
+            raise click.UsageError("give the corpus format once, as --format", ctx)
+        logging.getLogger(__name__).warning("--corpus-format is deprecated: write --format %s", old)
+        kw["corpus_format"] = old
     options = kw.pop("options")
     if not isinstance(options, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--options")
     predictor = PredictorSpec(ctx.obj["predictor"], options, timeout=kw.pop("timeout"))
-    job = DistJob(predictor=predictor, game=game, input=kw.pop("input_path"), **kw)
+    uncertainty = {name: kw.pop(name) for name in ("confidence", "resamples", "ci_seed", "ci_method")}
+    intervals = settings_of(uncertainty) if wanted(uncertainty) else None
+    job = DistJob(predictor=predictor, game=game, input=kw.pop("input_path"), intervals=intervals, **kw)
     report = execute(job)
     if report.failed:
         for message in report.failed:
             sys.stderr.write(f"lmc-dist: error: {message}\n")
-        raise LmcError(f"{len(report.failed)} of {report.partitions} partitions failed; the others "
+        raise LmcError(f"{report.failed_partitions} of {report.partitions} partitions failed; the others "
                        f"are in {job.run_dir}: fix the cause and rerun with --resume")
     sys.stdout.write(json.dumps(report.stats, sort_keys=True) + "\n")
     sys.stderr.write(report.summary_line() + f"; run dir {job.run_dir}\n")
@@ -115,12 +166,7 @@ def run_ce(ctx, **kw):
 
 
 @run_group.command("wr")
-@click.argument("vocab", type=click.Path(exists=True, dir_okay=False))
-@click.option("-r", "--seed", default=42, show_default=True, help="Seed of the corruption.")
-@click.option("-n", "--num-candidates", default=100, show_default=True, type=click.IntRange(2))
-@click.option("--error-chars", default=DEFAULT_ERROR_CHARS, show_default=True)
-@click.option("-p", "--p-anykey", default=DEFAULT_P_ANYKEY, show_default=True,
-              type=click.FloatRange(0, 1, min_open=True, max_open=True))
+@wr_options
 @run_options
 @click.pass_context
 def run_wr(ctx, vocab, seed, num_candidates, error_chars, p_anykey, **kw):
@@ -133,30 +179,22 @@ def run_wr(ctx, vocab, seed, num_candidates, error_chars, p_anykey, **kw):
 
 @cli.command("stats")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
-def stats_cmd(run_dir):
-    """Re-reduce RUN_DIR's partitions into its statistics (honours grep's select flags)."""
+@partial_option
+@bootstrap_options
+def stats_cmd(run_dir, **uncertainty):
+    """Re-reduce RUN_DIR's partitions into its statistics (honours grep's select flags);
+    with --confidence, the bootstrap intervals of `lmc stats --confidence` under "ci"."""
     stats = reduce.stats_of_run_dir(run_dir)
+    if uncertainty["confidence"] is not None:
+        stats["ci"] = reduce.run_dir_intervals(run_dir, settings_of(uncertainty))
+    stats.update(rundir.coverage(run_dir) or {})
     sys.stdout.write(json.dumps(stats, sort_keys=True) + "\n")
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: errors of the project become a message and exit code 2; Ctrl-C 130.
-    The process is expected to exit when this returns: the garbage collector's objects are
-    then frozen (:func:`gc.freeze`)."""
-    try:
-        cli.main(args=argv, prog_name="lmc-dist", standalone_mode=False)
-        # exit frees everything by reference counts; frozen, Dask's and NumPy's objects are
-        # not traversed again by the collections at exit
-        gc.freeze()
-    except click.ClickException as e:
-        e.show()
-        sys.exit(e.exit_code)
-    except LmcError as e:
-        sys.stderr.write(f"lmc-dist: error: {e}\n")
-        sys.exit(2)
-    except (KeyboardInterrupt, click.exceptions.Abort):
-        sys.stderr.write("lmc-dist: interrupted; finished partitions are kept: rerun with --resume\n")
-        sys.exit(130)
+    """Entry point of ``lmc-dist`` (see :func:`lmchallenge.cli.options.run_command`)."""
+    run_command(cli, argv, "lmc-dist",
+                interrupted="interrupted; finished partitions are kept: rerun with --resume")
 
 
 if __name__ == "__main__":

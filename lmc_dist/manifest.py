@@ -1,7 +1,9 @@
 """The run directory's ``_manifest.json``: what a run is and which partitions are finished.
 
-It is rewritten atomically after every finished partition, so an interrupted run leaves an
-accurate record and ``--resume`` runs only what is missing.
+It is rewritten atomically (by the client, the run dir's one writer) as soon as the client
+learns that a partition has finished; the partition's file in ``_temporary/`` is the record
+itself (:mod:`lmchallenge.logs.rundir`), so even a client killed before it could save the manifest
+loses no finished partition, and ``--resume`` runs only what is missing.
 """
 
 from __future__ import annotations
@@ -11,15 +13,82 @@ import os
 import platform
 from datetime import datetime, timezone
 from importlib import metadata
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 
-from lmchallenge.exceptions import LmcError
-from lmchallenge.log import atomic_path
+from lmchallenge.errors import LmcError
+from lmchallenge.logs.files import atomic_path
+from lmchallenge.logs.rundir import MANIFEST
 
-from .partition import Partition, ScanResult
+from lmc_dist.partition import Partition, ScanResult
 
-MANIFEST = "_manifest.json"  # "_": pyarrow skips it when reading the run dir as a dataset
-STATS = "_stats.json"
+class PartitionRecord(TypedDict, total=False):
+    """One partition in the manifest: its cut (the fields of :class:`Partition`), its part
+    file, and what became of it.
+
+    Attributes:
+        index, start, end, first_line, first_message, messages, characters, users: the cut
+            (:class:`lmc_dist.partition.Partition`; ``start``/``end`` are byte offsets).
+        file: the part file's name (``part-NNNNN.parquet``/``.jsonl.gz``).
+        state: ``pending``, ``done`` or ``failed``.
+        rows: log datums written (done); elapsed: seconds the task took; began: when it
+            started (ISO 8601, UTC); worker: the Dask worker's address; error: why it failed.
+    """
+
+    index: int
+    start: int
+    end: int
+    first_line: int
+    first_message: int
+    messages: int
+    characters: int
+    users: int
+    file: str
+    state: Literal["pending", "done", "failed"]
+    rows: int
+    elapsed: float
+    began: str
+    worker: str
+    error: str | None
+
+
+class Manifest(TypedDict):
+    """``_manifest.json``: what ran and which partitions are done (docs/formats.md, "Run
+    directory").
+
+    Attributes:
+        game, game_options, seed: the game (``wc``/``we``/``ce``/``wr``), its options and
+            the wr corruption seed (None for other games).
+        predictor: the model's command line or ``module:Class``.
+        corpus, corpus_sha256, corpus_format: the input, the SHA-256 of its bytes, and
+            ``text``/``json``.
+        train: whether the model was trained per message; partition_chars: the target
+            partition size; format: ``parquet`` or ``jsonl``.
+        messages, characters: totals of the corpus.
+        versions: Python's and the packages' versions; started, finished: ISO 8601 UTC
+            times (``finished`` is None until the run commits).
+        partitions: one record per partition, in corpus order.
+        partition_size: the size the corpus was cut at (:mod:`lmc_dist.sizing`).
+    """
+
+    game: str
+    game_options: dict[str, Any]
+    seed: int | None
+    predictor: str
+    corpus: str
+    corpus_sha256: str
+    corpus_format: str
+    train: bool
+    partition_chars: int
+    format: str
+    messages: int
+    characters: int
+    versions: dict[str, str]
+    started: str
+    finished: str | None
+    partitions: list[PartitionRecord]
+    partition_size: NotRequired[dict[str, Any]]
+
+
 IDENTITY_KEYS = ("game", "game_options", "predictor", "corpus_sha256", "corpus_format",
                  "train", "partition_chars", "format")
 
@@ -38,7 +107,7 @@ def versions() -> dict[str, str]:
 
 def new_manifest(*, game: str, game_options: dict, predictor: str, corpus: str,
                  scan: ScanResult, train: bool, partition_chars: int, out_format: str,
-                 part_names: list[str]) -> dict[str, Any]:
+                 part_names: list[str]) -> Manifest:
     """A manifest with every partition pending."""
     return {
         "game": game, "game_options": game_options, "seed": game_options.get("seed"),
@@ -55,7 +124,7 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def load(run_dir: str) -> dict[str, Any] | None:
+def load(run_dir: str) -> Manifest | None:
     """The run dir's manifest, or None if it has none."""
     path = os.path.join(run_dir, MANIFEST)
     if not os.path.exists(path):
@@ -64,7 +133,7 @@ def load(run_dir: str) -> dict[str, Any] | None:
         return json.load(f)
 
 
-def save(run_dir: str, manifest: dict[str, Any]) -> None:
+def save(run_dir: str, manifest: Manifest) -> None:
     """Write the manifest atomically."""
     with atomic_path(os.path.join(run_dir, MANIFEST)) as tmp:
         with open(tmp, "w", encoding="utf-8") as f:
@@ -72,7 +141,7 @@ def save(run_dir: str, manifest: dict[str, Any]) -> None:
             f.write("\n")
 
 
-def check_resumable(old: dict[str, Any], new: dict[str, Any]) -> None:
+def check_resumable(old: Manifest, new: Manifest) -> None:
     """Refuse to resume a run with a different game, model, corpus or partitioning.
 
     Raises:
@@ -96,7 +165,7 @@ def _cuts(manifest: dict[str, Any]) -> list[tuple[int, int]]:
     return [(p["start"], p["end"]) for p in manifest["partitions"]]
 
 
-def partitions_of(manifest: dict[str, Any]) -> list[Partition]:
+def partitions_of(manifest: Manifest) -> list[Partition]:
     """The partitions recorded in ``manifest``."""
     fields = Partition.__dataclass_fields__
     return [Partition(**{k: p[k] for k in fields}) for p in manifest["partitions"]]

@@ -2,7 +2,9 @@
 
 One streaming pass over the input (:func:`scan`) validates every line (so bad input stops
 the run before any model starts, naming the file and line), numbers messages within their
-user groups, and cuts partitions of about ``partition_chars`` characters:
+user groups, and cuts partitions of about a :class:`lmc_dist.sizing.PartitionSize`: a number
+of estimated model queries chosen for the cluster (:class:`lmc_dist.sizing.ForCluster`), or
+``partition_chars`` characters (below, "characters" stands for either unit):
 
 * without training no message depends on another, so a cut may fall between any two
   messages, even inside a user's group (the partition carries its first message number);
@@ -12,9 +14,10 @@ user groups, and cuts partitions of about ``partition_chars`` characters:
   the characters still to come, down to an eighth of ``partition_chars``), so that the
   workers run out of work together instead of all but one waiting for the last full-size
   partition (guided self-scheduling, Polychronopoulos & Kuck, IEEE Trans. Computers 36(12),
-  1987, with a fixed divisor in place of the number of workers, which the scan does not
-  know: the cut stays a function of the corpus and ``partition_chars`` alone, so a
-  ``--resume`` on another cluster finds the same partitions).
+  1987; the divisor is the number of workers the size was chosen for, 4 for
+  ``--partition-chars``: either way it is part of the recorded size, so the cut stays a
+  function of the corpus and the size, and a ``--resume`` on another cluster finds the same
+  partitions).
 
 A ``.gz`` input is first decompressed into the run directory (workers then read byte ranges
 of the plain copy; a gzip stream cannot be entered in the middle), then scanned.
@@ -33,8 +36,11 @@ from dataclasses import asdict, dataclass
 
 import fsspec
 
-from lmchallenge.corpus import Message, decode_lines, looks_like_json_row, parse_json_row
-from lmchallenge.exceptions import InputError
+from lmchallenge.corpus import READ_ERRORS, Message, decode_lines, first_non_blank, parse_json_row
+from lmchallenge.corpus import detect_format as corpus_format_of
+from lmchallenge.errors import InputError
+
+from lmc_dist.sizing import SAMPLE_BYTES, ForCluster, PartitionSize, QueryCost
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,8 @@ class Partition:
         messages: number of messages.
         characters: number of characters of the messages' text.
         users: number of user groups that start or continue here.
+        queries: estimated model queries (:func:`lmc_dist.sizing.query_cost`; 0 where the
+            scan was given no estimator).
     """
 
     index: int
@@ -59,6 +67,7 @@ class Partition:
     messages: int
     characters: int
     users: int
+    queries: int = 0
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -74,6 +83,7 @@ class ScanResult:
         sha256: hex digest of the input file as given.
         partitions: in corpus order.
         messages, characters: totals.
+        size: the size the partitions were cut at.
     """
 
     path: str
@@ -82,6 +92,7 @@ class ScanResult:
     partitions: list[Partition]
     messages: int
     characters: int
+    size: PartitionSize | None = None
 
 
 @dataclass
@@ -116,13 +127,14 @@ TAPER_FLOOR = 8
 """...and at least ``partition_chars / TAPER_FLOOR`` of them."""
 
 
-def taper_limit(partition_chars: int, remaining_chars: float) -> int:
+def taper_limit(partition_chars: int, remaining_chars: float,
+                divisor: int = TAPER_DIVISOR) -> int:
     """The character limit of the partition being filled when about ``remaining_chars``
     characters of the corpus follow its start: ``partition_chars`` until the last
-    ``TAPER_DIVISOR * partition_chars`` characters, then a quarter of what remains, never
+    ``divisor * partition_chars`` characters, then ``1/divisor`` of what remains, never
     below ``partition_chars / TAPER_FLOOR`` (nor 1)."""
     return max(partition_chars // TAPER_FLOOR, 1,
-               min(partition_chars, int(remaining_chars // TAPER_DIVISOR)))
+               min(partition_chars, int(remaining_chars // divisor)))
 
 
 def _decompress(path: str, plain_copy: str) -> None:
@@ -136,7 +148,7 @@ def _decompress(path: str, plain_copy: str) -> None:
         with fsspec.open(path, "rb") as raw, gzip.GzipFile(fileobj=raw) as source, \
                 open(tmp, "wb") as target:
             shutil.copyfileobj(source, target, 1 << 20)
-    except (OSError, EOFError) as e:
+    except READ_ERRORS as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise InputError(path, None, f"cannot read: {e}") from None
@@ -165,27 +177,34 @@ def _parse(data: bytes, name: str, number: int, fmt: str) -> Message | None:
 
 
 def detect_format(path: str) -> str:
-    """``json`` when the first line is a JSON object with ``text``, else ``text``."""
+    """``json`` when the first non-blank line is a JSON object with ``text``, else ``text``
+    (:func:`lmchallenge.corpus.detect_format`)."""
     with fsspec.open(path, "rb", compression="infer") as f:
-        first = f.readline().decode("utf-8", errors="replace")
-    return "json" if looks_like_json_row(first) else "text"
+        return corpus_format_of(first_non_blank(decode_lines(f, path)))
 
 
-def scan(path: str, fmt: str, partition_chars: int, train: bool,
-         work_dir: str) -> ScanResult:
+def scan(path: str, fmt: str, size: int | PartitionSize | ForCluster, train: bool,
+         work_dir: str, cost: QueryCost | None = None) -> ScanResult:
     """Validate the corpus and cut it into partitions (see the module docstring).
 
     Args:
         path: corpus path or fsspec URL (``.gz`` is decompressed into ``work_dir`` first).
         fmt: ``auto``, ``text`` or ``json``.
-        partition_chars: target characters per partition (> 0).
+        size: target characters per partition (an int > 0), a recorded size, or a size to
+            choose for a cluster from the corpus' estimated queries (needs ``cost``).
         train: never split a user's group.
         work_dir: where a decompressed copy goes.
+        cost: the game's estimate of a message's model queries (recorded per partition;
+            needed where ``size`` counts queries).
     Raises:
         InputError: a malformed line (file and line named), or an unreadable file.
     """
-    if partition_chars <= 0:
-        raise ValueError("partition_chars must be positive")
+    if isinstance(size, int):
+        size = PartitionSize(unit="characters", limit=size)
+    if isinstance(size, PartitionSize) and size.limit <= 0:
+        raise ValueError("the partition size must be positive")
+    if cost is None and (isinstance(size, ForCluster) or size.unit == "queries"):
+        raise ValueError("sizing in queries needs the game's query estimate")
     try:
         fmt = detect_format(path) if fmt == "auto" else fmt
         sha256 = _sha256_of(path)
@@ -195,43 +214,70 @@ def scan(path: str, fmt: str, partition_chars: int, train: bool,
     if path.endswith(".gz") or path.endswith(".gzip"):
         plain = os.path.join(work_dir, "_input.plain")  # "_": not data to pyarrow
         _decompress(path, plain)
-    cutter = _Cutter(partition_chars, train, total_bytes=_size_of(plain))
+    total_bytes = _size_of(plain)
+    per_byte = None
+    if cost is not None:
+        per_byte = _queries_per_byte(plain, fmt, path, cost)
+        if isinstance(size, ForCluster):
+            size = size.resolve(per_byte * (total_bytes or SAMPLE_BYTES))
+    cutter = _Cutter(size, train, total_bytes=total_bytes, cost=cost, queries_per_byte=per_byte)
     for line in _lines(plain, fmt, path):
         cutter.add(line)
     partitions = cutter.finish()
     return ScanResult(path=plain, corpus_format=fmt, sha256=sha256, partitions=partitions,
                       messages=sum(p.messages for p in partitions),
-                      characters=sum(p.characters for p in partitions))
+                      characters=sum(p.characters for p in partitions), size=size)
+
+
+def _queries_per_byte(plain: str, fmt: str, name: str, cost: QueryCost) -> float:
+    """Estimated queries per byte of the corpus' first :data:`SAMPLE_BYTES` (whole lines)."""
+    queries, sampled = 0, 0
+    for line in _lines(plain, fmt, name):
+        if line.message is not None:
+            queries += cost(line.message.text)
+        sampled = line.end
+        if sampled >= SAMPLE_BYTES:
+            break
+    return queries / sampled if sampled else 0.0
 
 
 class _Cutter:
     """Accumulates lines into partitions, cutting only where allowed.
 
     Args:
-        partition_chars: target characters per partition.
+        size: target size per partition (characters or estimated queries) and taper.
         train: never cut inside a user's group.
         total_bytes: size of the input, for the taper at its end (None: no taper).
+        cost: estimated queries of a message (None: not recorded; size must count characters).
+        queries_per_byte: the corpus' estimated queries per byte (the taper's estimate of
+            what is to come before the first partition is closed).
     """
 
-    def __init__(self, partition_chars: int, train: bool, total_bytes: int | None = None):
-        self.limit = partition_chars
+    def __init__(self, size: PartitionSize, train: bool, total_bytes: int | None = None,
+                 cost: QueryCost | None = None, queries_per_byte: float | None = None):
+        self.limit = size.limit
+        self.divisor = size.taper_divisor
+        self.measure = "queries" if size.unit == "queries" else "characters"
+        self.initial_per_byte = queries_per_byte if self.measure == "queries" else 1.0
+        self.cost = cost
         self.train = train
         self.total_bytes = total_bytes
         self.partitions: list[Partition] = []
         self._open: dict | None = None
         self._user: object = object()   # user of the previous message (sentinel: none yet)
         self._number = -1               # message number of the previous message in its group
-        self._characters = 0            # characters of the messages before the open partition
-        self._limit = partition_chars   # limit of the open partition
+        self._before = 0                # characters or queries before the open partition
+        self._limit = size.limit        # limit of the open partition
 
     def _limit_from(self, offset: int) -> int:
-        """The limit of a partition starting at byte ``offset``: the characters still to
-        come are estimated from the bytes still to come, at the characters per byte so far
-        (at the start: one, an upper bound in UTF-8)."""
+        """The limit of a partition starting at byte ``offset``: the characters (queries)
+        still to come are estimated from the bytes still to come, at the characters
+        (queries) per byte so far (at the start: one character, an upper bound in UTF-8;
+        the sampled queries per byte)."""
         if not self.total_bytes:
             return self.limit
-        per_byte = self._characters / offset if offset > 0 else 1.0
-        return taper_limit(self.limit, (self.total_bytes - offset) * per_byte)
+        per_byte = self._before / offset if offset > 0 else self.initial_per_byte
+        return taper_limit(self.limit, (self.total_bytes - offset) * per_byte, self.divisor)
 
     def add(self, line: _Line) -> None:
         message = line.message
@@ -242,16 +288,19 @@ class _Cutter:
         new_group = message.user != self._user
         number = 0 if new_group else self._number + 1
         may_cut = new_group or not self.train
-        if self._open is not None and may_cut and self._open["characters"] >= self._limit:
+        if self._open is not None and may_cut and self._open[self.measure] >= self._limit:
             self._close()
         if self._open is None:
             self._open = dict(start=line.start, end=line.end, first_line=line.number,
-                              first_message=number, messages=0, characters=0, users=0)
+                              first_message=number, messages=0, characters=0, users=0,
+                              queries=0)
             self._limit = self._limit_from(line.start)
         part = self._open
         part["end"] = line.end
         part["messages"] += 1
         part["characters"] += len(message.text)
+        if self.cost is not None:
+            part["queries"] += self.cost(message.text)
         if new_group or part["messages"] == 1:
             part["users"] += 1
         self._user, self._number = message.user, number
@@ -259,7 +308,7 @@ class _Cutter:
     def _close(self) -> None:
         assert self._open is not None
         self.partitions.append(Partition(index=len(self.partitions), **self._open))
-        self._characters += self._open["characters"]
+        self._before += self._open[self.measure]
         self._open = None
 
     def finish(self) -> list[Partition]:

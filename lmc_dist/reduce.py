@@ -2,7 +2,7 @@
 
 Each partition task leaves a :class:`lmchallenge.stats.StatsState` on its worker. The client
 gathers only their small summaries (counts, exact sums, fingerprints) and merges them in
-partition order (DESIGN.md invariant 4). The ``wr`` score matrices stay where they were
+partition order (docs/architecture.md, invariant 4). The ``wr`` score matrices stay where they were
 produced: :class:`DistributedScores` first gathers each worker's partitions into one
 matrix set on that worker, then answers the questions of the mixture fit
 (:func:`lmchallenge.reranking.fit`: widest row, k-th smallest LM score, correct rows under
@@ -19,24 +19,14 @@ from typing import Any
 import numpy as np
 from distributed import Client, Future
 
-from lmchallenge import reranking
-from lmchallenge import stats as S
+from lmchallenge.stats import compute, reranking
+from lmchallenge.stats.state import StatsState, humanize
 
 BISECTION_STEPS = 32
 """Rounds of the k-th-value search: one per bit of a float32."""
 
 
-def new_state() -> S.StatsState:
-    """An empty statistics state (fed datum by datum by the partition task)."""
-    return S.StatsState()
-
-
-def state_of_log(path: str) -> S.StatsState:
-    """The statistics state of one partition file (a finished partition, on resume)."""
-    return S.state_of_log(path)
-
-
-def rows_of(state: S.StatsState) -> int:
+def rows_of(state: StatsState) -> int:
     """Log rows (selected or not) that a state has seen."""
     return state.rows
 
@@ -44,12 +34,25 @@ def rows_of(state: S.StatsState) -> int:
 def stats_of_run_dir(run_dir: str, human: bool = True) -> dict[str, Any]:
     """The statistics of a run directory's partitions, read again (honouring ``select``),
     as ``lmc stats`` prints them for the concatenated log (without ``log``)."""
-    return S.state_of_log(run_dir).result(human=human)
+    return compute.state_of_log(run_dir).result(human=human)
+
+
+def run_dir_intervals(run_dir: str, settings: Any) -> dict[str, list[float]]:
+    """``{key path: [low, high]}`` of a run directory read part by part, as ``lmc stats
+    --confidence`` gives them for it (``settings``: :class:`lmchallenge.stats.bootstrap.Settings`).
+
+    Raises:
+        LmcError: the run is not finished (and ``--partial`` was not given).
+    """
+    from lmchallenge.stats import bootstrap
+
+    summary = bootstrap.summarise(run_dir)
+    return bootstrap.intervals(summary.table, summary.metrics(), settings)
 
 
 # --- tasks run on the workers ----------------------------------------------------------------
 
-def _summary_of(outcome: Any) -> tuple[S.StatsState, bool]:
+def _summary_of(outcome: Any) -> tuple[StatsState, bool]:
     """The outcome's state without its score matrices, and whether it has ``wr`` scores."""
     return outcome.state.summary(), outcome.state.scores.max_candidates() > 0
 
@@ -142,7 +145,8 @@ class DistributedScores:
         self._scores = []
 
 
-def global_stats(client: Client, outcomes: Sequence[Future], human: bool = True) -> dict[str, Any]:
+def global_stats(client: Client, outcomes: Sequence[Future], human: bool = True,
+                 intervals: Any = None, parts: Sequence[str] = ()) -> dict[str, Any]:
     """The statistics of the whole run, as ``lmc stats`` prints them for the concatenated
     log (without ``log``).
 
@@ -150,16 +154,58 @@ def global_stats(client: Client, outcomes: Sequence[Future], human: bool = True)
         client: the run's client.
         outcomes: futures of the partition outcomes, in partition order.
         human: ratios (default) or raw sums.
+        intervals: :class:`lmchallenge.bootstrap.Settings` to add ``"ci"`` as ``lmc stats
+            --confidence`` does (from the per-group sums of ``parts``); None: no intervals.
+        parts: the partitions' log files, in partition order (with ``intervals``).
     """
+    result, fit = _global_stats(client, outcomes, human)
+    if intervals is not None:
+        reported = result if human else humanize(result)
+        result["ci"] = run_intervals(client, parts, fit, reported, intervals)
+    return result
+
+
+def _global_stats(client: Client, outcomes: Sequence[Future],
+                  human: bool) -> tuple[dict[str, Any], reranking.RerankingFit]:
     summaries = client.gather([client.submit(_summary_of, f, pure=False) for f in outcomes])
-    total = S.StatsState()
+    total = StatsState()
     for summary, _ in summaries:
         total.merge(summary)
     if not any(has_scores for _, has_scores in summaries):   # not wr: nothing to fit
-        return total.result(human=human)
+        fit = reranking.RerankingFit(0, 0, 0, None)
+        return total.result(human=human, fit=fit), fit
     scores = DistributedScores(client, outcomes)
     try:
         fit = reranking.fit(scores)
     finally:
         scores.release()
-    return total.result(human=human, fit=fit)
+    return total.result(human=human, fit=fit), fit
+
+
+# --- bootstrap intervals ----------------------------------------------------------------------
+
+def _groups_of_part(path: str, model: reranking.InterpolationModel | None) -> Any:
+    """The per-group sums of one partition's log (read column-wise, as ``lmc stats``
+    reads a run dir part by part), ``wr`` tokens counted under the global fit."""
+    from lmchallenge.stats.bootstrap import GroupSums
+
+    groups = GroupSums()
+    compute.state_of_log(path, groups=groups)
+    groups.finish(model)
+    return groups
+
+
+def run_intervals(client: Client, parts: Sequence[str], fit: reranking.RerankingFit,
+                  reported: dict[str, Any], settings: Any) -> dict[str, list[float]]:
+    """``{key path: [low, high]}`` of the run, from the partitions' per-group sums (made on
+    the workers, merged here in partition order): equal to ``lmc stats --confidence`` on
+    the run dir, or on the concatenated log, with the same settings (a group never spans
+    two partitions, so its sums are the same numbers).  ``reported``: the human statistics
+    (which figures get an interval)."""
+    from lmchallenge.stats import bootstrap
+
+    futures = [client.submit(_groups_of_part, path, fit.model, pure=False) for path in parts]
+    merged = bootstrap.GroupSums()
+    for groups in client.gather(futures):
+        merged.merge(groups)
+    return bootstrap.intervals(merged.table(), bootstrap.present_metrics(reported), settings)

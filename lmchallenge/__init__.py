@@ -8,9 +8,11 @@ Python API (as LM Challenge 5.x)::
 
 * games: :func:`wc`, :func:`we`, :func:`ce`, :func:`wr` -> iterators of log datums;
 * models: :class:`Model`, :class:`WordModel`, :class:`FilteringWordModel`, :class:`ShellModel`;
-* logs: :func:`load_jsonlines`, :func:`dump_jsonlines`, :mod:`lmchallenge.stats`,
-  :mod:`lmchallenge.validate`, :mod:`lmchallenge.grep`, :mod:`lmchallenge.pretty`,
-  :mod:`lmchallenge.diff`.
+* logs: :func:`load_jsonlines`, :func:`dump_jsonlines`, and the modules ``stats``,
+  ``validate``, ``grep``, ``pretty``, ``diff`` as 5.x names them (now in
+  :mod:`lmchallenge.stats` and :mod:`lmchallenge.analysis`).
+
+The layers of the package are described in docs/architecture.md.
 
 Every name is imported on first use (PEP 562), so ``lmc stats`` does not pay for the
 games, models and JSON schema validation it does not need.
@@ -23,11 +25,14 @@ from typing import Any
 
 _ATTRIBUTES = {
     "wc": "games", "we": "games", "ce": "games", "wr": "games",
-    "Model": "model", "WordModel": "model", "FilteringWordModel": "model", "ShellModel": "model",
-    "load_jsonlines": "log", "dump_jsonlines": "log",
+    "Model": "model.api", "WordModel": "model.api", "FilteringWordModel": "model.api",
+    "ShellModel": "model.shell",
+    "load_jsonlines": "logs.jsonl", "dump_jsonlines": "logs.jsonl",
     "WORD_TOKENIZER": "tokenize", "CHARACTER_TOKENIZER": "tokenize",
 }
-_SUBMODULES = ("stats", "validate", "grep", "pretty", "diff", "convert")
+_SUBMODULES = {"stats": "stats", "validate": "analysis.validate", "grep": "analysis.grep",
+               "pretty": "analysis.pretty", "diff": "analysis.diff", "convert": "logs.convert"}
+"""The 5.x module names (``lmc.stats.stats``, ``lmc.grep.grep``, ...) and where they live now."""
 
 __all__ = [
     "wc", "we", "ce", "wr", "Model", "WordModel", "FilteringWordModel", "ShellModel",
@@ -38,7 +43,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
+        return importlib.import_module(f"{__name__}.{_SUBMODULES[name]}")
     if name in _ATTRIBUTES:
         value = getattr(importlib.import_module(f"{__name__}.{_ATTRIBUTES[name]}"), name)
         globals()[name] = value

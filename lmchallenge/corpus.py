@@ -1,29 +1,39 @@
 """Reading test corpora: plain text or marked-up jsonlines (LM Challenge 5.x formats).
 
-Formats (``../shared/seeds/001_a51f61792860ca8b.txt``, "Corpus format"; DESIGN.md invariant 5):
+Formats (docs/formats.md, "Corpus"; docs/architecture.md, invariant 5):
 
 * **text**: one message per line (newline-delimited, UTF-8); every line belongs to one
   group with user ``None``.
 * **json**: one JSON object per line, ``{"user"|"userId": ID, "timestamp": N, "text": S}``;
   only ``text`` is required.  Consecutive rows of one user form a group.
-* **auto**: json when the first line parses as a JSON object with a ``text`` key, else text.
+* **auto**: json when the first non-blank line parses as a JSON object with a ``text`` key,
+  else text.
 
-``.gz`` files are decompressed transparently; ``-`` reads standard input.
+A UTF-8 byte-order mark at the start of a file is not part of its first line.  ``.gz`` files
+are decompressed transparently; ``-`` reads standard input.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gzip
+import itertools
 import json
 import sys
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO, BinaryIO
+from typing import BinaryIO
 
-from .exceptions import InputError
+from lmchallenge.errors import InputError
 
 FORMATS = ("auto", "text", "json")
+
+READ_ERRORS = (OSError, EOFError, zlib.error)
+"""What reading a damaged file raises (a truncated or corrupt ``.gz``: ``EOFError``,
+``gzip.BadGzipFile``, ``zlib.error``)."""
+
+BOM = "\ufeff"
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,13 +41,15 @@ class Message:
     """One corpus row.
 
     Attributes:
-        user: the user ID (``None`` for plain text or rows without a user).
+        user: the user ID as the row gives it, a string or an integer (``1`` and ``"1"`` are
+            different users, as in LM Challenge 5.x), ``None`` for plain text or rows
+            without a user.
         text: the message text (no trailing newline).
         timestamp: the row's timestamp (any JSON number), or ``None``.
         line: 1-based line number in the source (for error messages).
     """
 
-    user: str | None
+    user: str | int | None
     text: str
     timestamp: float | int | None = None
     line: int = 0
@@ -90,18 +102,41 @@ def looks_like_json_row(line: str) -> bool:
     return isinstance(row, dict) and "text" in row
 
 
-def decode_lines(stream: IO[bytes], path: str, first_line: int = 1) -> Iterator[tuple[int, str]]:
-    """Yield ``(line_number, text)`` for each line of a byte stream, without the line ending.
+def first_non_blank(lines: Iterable[tuple[int, str]]) -> str | None:
+    """The first line of ``lines`` (numbered texts) that is not blank, or None."""
+    return next((text for _, text in lines if text.strip()), None)
+
+
+def detect_format(first: str | None) -> str:
+    """``json`` when ``first`` (the first non-blank line of a corpus, or None when there is
+    none) is a JSON object with a ``text`` key, else ``text``."""
+    return "json" if first is not None and looks_like_json_row(first) else "text"
+
+
+def decode_lines(stream: Iterable[bytes], path: str, first_line: int = 1) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, text)`` for each line of a byte stream, without the line ending
+    (and, on line 1, without a byte-order mark).
 
     Raises:
-        InputError: a line is not valid UTF-8 (names the file and line).
+        InputError: a line is not valid UTF-8, or the stream cannot be read (a corrupt
+            ``.gz``: the line where reading failed is named).
     """
     number = first_line - 1
-    for number, raw in enumerate(stream, start=first_line):
+    lines = iter(stream)
+    while True:
+        try:
+            raw = next(lines, None)
+        except READ_ERRORS as e:
+            raise InputError(path, number + 1, f"cannot read: {e}") from None
+        if raw is None:
+            return
+        number += 1
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
             raise InputError(path, number, f"not valid UTF-8 (byte {e.start} of the line)") from None
+        if number == 1 and text.startswith(BOM):
+            text = text[1:]
         yield number, text.rstrip("\r\n") if text.endswith("\n") else text.rstrip("\r")
 
 
@@ -124,28 +159,43 @@ def parse_json_row(text: str, path: str, number: int) -> Message:
     if not isinstance(message_text, str):
         raise InputError(path, number, '"text" must be a string')
     user = row["user"] if "user" in row else row.get("userId")
-    if isinstance(user, bool) or not (user is None or isinstance(user, (str, int, float))):
-        raise InputError(path, number, '"user"/"userId" must be a string, a number or null')
-    if user is not None and not isinstance(user, str):
-        user = json.dumps(user)
+    if isinstance(user, bool) or not (user is None or isinstance(user, (str, int))):
+        raise InputError(path, number, '"user"/"userId" must be a string, an integer or null')
+    if "\\u" in text:  # only an escape can make a lone surrogate
+        _check_unicode(message_text, path, number, "text")
+        if isinstance(user, str):
+            _check_unicode(user, path, number, "user")
     timestamp = row.get("timestamp")
     if isinstance(timestamp, bool) or not (timestamp is None or isinstance(timestamp, (int, float))):
         raise InputError(path, number, '"timestamp" must be a number')
     return Message(user=user, text=message_text, timestamp=timestamp, line=number)
 
 
+def _check_unicode(value: str, path: str, number: int, key: str) -> None:
+    """Raise :class:`InputError` if ``value`` holds a lone surrogate (``"\\ud800"`` is valid
+    JSON but no Unicode text: it cannot be sent to a model nor written to a log)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InputError(path, number, f'"{key}" holds a lone surrogate \\u{ord(value[e.start]):04x}'
+                                       " (not a Unicode character)") from None
+
+
 def parse_lines(lines: Iterable[tuple[int, str]], path: str, fmt: str) -> Iterator[Message]:
-    """Turn numbered lines into messages in format ``text`` or ``json`` (``auto`` detects).
+    """Turn numbered lines into messages in format ``text`` or ``json`` (``auto`` detects
+    from the first non-blank line).
 
     Blank lines of a json corpus are skipped; blank lines of a text corpus are empty messages.
     """
     lines = iter(lines)
     if fmt == "auto":
-        first = next(lines, None)
-        if first is None:
-            return
-        fmt = "json" if looks_like_json_row(first[1]) else "text"
-        lines = _chain_one(first, lines)
+        head: list[tuple[int, str]] = []
+        for line in lines:
+            head.append(line)
+            if line[1].strip():
+                break
+        fmt = detect_format(first_non_blank(head))
+        lines = itertools.chain(head, lines)
     if fmt == "json":
         for number, text in lines:
             if text.strip():
@@ -155,11 +205,6 @@ def parse_lines(lines: Iterable[tuple[int, str]], path: str, fmt: str) -> Iterat
             yield Message(user=None, text=text, line=number)
     else:
         raise ValueError(f"unknown corpus format {fmt!r} (expected one of {FORMATS})")
-
-
-def _chain_one(first, rest):
-    yield first
-    yield from rest
 
 
 def read_corpus(path: str, fmt: str = "auto") -> Iterator[Message]:
@@ -179,10 +224,7 @@ def read_corpus(path: str, fmt: str = "auto") -> Iterator[Message]:
         raise InputError(path, None, f"cannot open: {e.strerror}") from None
     name = "<stdin>" if path == "-" else path
     with opened as stream:
-        try:
-            yield from parse_lines(decode_lines(stream, name), name, fmt)
-        except (OSError, EOFError) as e:  # e.g. a truncated or corrupt .gz
-            raise InputError(name, None, f"cannot read: {e}") from None
+        yield from parse_lines(decode_lines(stream, name), name, fmt)
 
 
 def messages_from_data(data: Iterable[str | dict | Message]) -> Iterator[Message]:

@@ -1,80 +1,102 @@
-"""The typing error model of the word reranking game (``wr``); its candidate search is
-:mod:`lmchallenge.search`.
-
-The corruption is LM Challenge 5.x's "sloppy typist": each character of a word is, with
-probability ``p_anykey``, replaced by a character drawn uniformly from ``error_chars``
-(``../shared/seeds/004_f8d502719510d365.txt``, "Word Reranking").  The error score of a
-candidate word ``w`` for a corrupted word ``v`` of the same length is the log-probability
-(natural log) of that many kept and replaced characters::
-
-    score(v, w) = k * log(1 - p_anykey) + (len(w) - k) * log(p_anykey),  k = #{i: v[i] == w[i]}
-
-Randomness is seeded per message from ``(seed, user, message)`` with a stable hash
-(DESIGN.md invariant 2), so a message is corrupted the same way whatever process or
-partition evaluates it.
-"""
+"""Errors raised by lmchallenge, each naming where the problem is."""
 
 from __future__ import annotations
 
-import hashlib
-import math
-import random
-import string
-from dataclasses import dataclass
 
-DEFAULT_ERROR_CHARS = string.ascii_letters + "_-#@"
-DEFAULT_P_ANYKEY = 0.1
+class LmcError(Exception):
+    """Base class of lmchallenge errors; ``lmc`` prints the message and exits with code 2."""
 
 
-@dataclass(frozen=True)
-class ErrorModel:
-    """Character substitution errors.
+class InputError(LmcError):
+    """Bad input data (a corpus, a log, a vocabulary).
 
     Attributes:
-        p_anykey: probability that a character is replaced (0 < p < 1).
-        error_chars: the characters a replacement is drawn from.
+        path: the file name ("-" or "<stdin>" for standard input).
+        line: 1-based line number, or None when the error is not about one line.
+        reason: what is wrong.
     """
 
-    p_anykey: float = DEFAULT_P_ANYKEY
-    error_chars: str = DEFAULT_ERROR_CHARS
+    def __init__(self, path: str, line: int | None, reason: str):
+        self.path = path
+        self.line = line
+        self.reason = reason
+        where = f"{path}:{line}" if line is not None else path
+        super().__init__(f"{where}: {reason}")
 
-    def __post_init__(self) -> None:
-        if not 0.0 < self.p_anykey < 1.0:
-            raise ValueError(f"p_anykey must be in (0, 1), got {self.p_anykey}")
-        if not self.error_chars:
-            raise ValueError("error_chars must not be empty")
-
-    def corrupt(self, word: str, rng: random.Random) -> str:
-        """``word`` as typed by the sloppy typist, drawing from ``rng``."""
-        p = self.p_anykey
-        chars = self.error_chars
-        return "".join(rng.choice(chars) if rng.random() < p else ch for ch in word)
-
-    def score(self, typed: str, word: str) -> float:
-        """Log-probability (nats) that ``word`` was typed as ``typed`` (same length)."""
-        kept = sum(a == b for a, b in zip(typed, word))
-        return kept * math.log1p(-self.p_anykey) + (len(word) - kept) * math.log(self.p_anykey)
+    def __reduce__(self):  # picklable across processes (Dask workers)
+        return (InputError, (self.path, self.line, self.reason))
 
 
-def message_rng(seed: int, user: str | None, message: int) -> random.Random:
-    """The random stream of one message: seeded by SHA-256 of ``(seed, user, message)``.
+class ModelError(LmcError):
+    """A model process exited, hung, or answered something that is not a result line; or an
+    in-process model raised.
 
-    Independent of process, partition and ``PYTHONHASHSEED``.
+    Attributes:
+        command: the model's command line (or ``module:Class`` spec).
+        query: the request the failing answer belongs to (a protocol line, without its
+            newline), or None.
+        reason: what went wrong (the same words wherever in the corpus it happened).
+        stderr_tail: the last lines the model wrote to stderr ('' if none; None for an
+            in-process model, which has no stderr of its own).
+        where: the user/message/token being evaluated, if known.
+        in_flight: every request sent and not answered when the model failed, oldest first
+            (each cut to :data:`SHOWN_REQUEST` characters); empty when only ``query`` was.
+        answer_line: the number of the failing answer line in the model's output (from 1),
+            if known.
     """
-    key = f"{seed}\x1f{'' if user is None else 'u:' + user}\x1f{message}".encode("utf-8")
-    return random.Random(int.from_bytes(hashlib.sha256(key).digest()[:16], "big"))
+
+    SHOWN_REQUEST = 200
+    """Characters of a request kept in ``in_flight`` and shown for ``query``."""
+
+    def __init__(self, command: str, reason: str, query: str | None = None,
+                 stderr_tail: str | None = "", where: str | None = None,
+                 in_flight: tuple[str, ...] = (), answer_line: int | None = None):
+        self.command = command
+        self.reason = reason
+        self.query = query
+        self.stderr_tail = stderr_tail
+        self.where = where
+        self.in_flight = tuple(in_flight)
+        self.answer_line = answer_line
+        super().__init__(self._format())
+
+    def __reduce__(self):  # picklable across processes (Dask workers)
+        return (ModelError, (self.command, self.reason, self.query, self.stderr_tail, self.where,
+                             self.in_flight, self.answer_line))
+
+    def _format(self) -> str:
+        parts = [f"model {self.command!r}: {self.reason}"]
+        if self.where:
+            parts.append(f"while evaluating {self.where}")
+        line = f"answer line {self.answer_line}" if self.answer_line else ""
+        if self.query is not None:
+            line = f" ({line})" if line else ""
+            parts.append(f"request{line}: {_shorten(self.query, self.SHOWN_REQUEST)!r}")
+        elif line:
+            parts.append(line)
+        if len(self.in_flight) > 1:
+            parts.append(f"requests in flight: {len(self.in_flight)}, oldest first: "
+                         + _shown_requests(self.in_flight))
+        if self.stderr_tail:
+            parts.append("model stderr (tail):\n" + self.stderr_tail.rstrip("\n"))
+        elif self.stderr_tail is not None:
+            parts.append("model stderr: (empty)")
+        return "\n".join(parts)
+
+    def with_where(self, where: str) -> "ModelError":
+        """A copy of this error that also names the user/message/token being evaluated."""
+        return ModelError(self.command, self.reason, self.query, self.stderr_tail, where,
+                          self.in_flight, self.answer_line)
 
 
-def read_vocabulary(path: str) -> list[str]:
-    """Read a word list (one word per line, UTF-8, ``.gz`` ok), in file order.
+def _shorten(text: str, most: int) -> str:
+    return text if len(text) <= most else text[:most] + "..."
 
-    Raises:
-        InputError: the file cannot be read or is not UTF-8.
-    """
-    from .corpus import decode_lines, open_binary
-    from .exceptions import InputError
-    try:
-        with open_binary(path) as stream:
-            return [text for _, text in decode_lines(stream, path) if text]
-    except FileNotFoundError:
-        raise InputError(path, None, "no such file") from None
+
+def _shown_requests(requests: tuple[str, ...], ends: int = 3, most: int = 60) -> str:
+    """``requests`` on one line: all of them, or the first and last ``ends`` around the
+    count of those between; each cut to ``most`` characters."""
+    shown = [repr(_shorten(r, most)) for r in requests]
+    if len(shown) > 2 * ends + 1:
+        shown = shown[:ends] + [f"... ({len(shown) - 2 * ends} more)"] + shown[-ends:]
+    return ", ".join(shown)

@@ -1,4 +1,8 @@
-"""Shared test fixtures: paths of the real corpora, the toy model, the reference install."""
+"""Shared test fixtures: paths of the real corpora, the toy model, the reference install.
+
+``LMC_REPO`` names the source tree when the tests run from a copy of ``tests/`` against an
+installed wheel (``.ci/run``): the source tree is then not importable, and the tests find the
+repository's files (README, data, pyproject.toml) through it."""
 
 from __future__ import annotations
 
@@ -8,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(os.environ.get("LMC_REPO") or Path(__file__).resolve().parents[1])
 SHARED_DATA = REPO.parent / "shared" / "data"
 DATA = SHARED_DATA if SHARED_DATA.is_dir() else REPO / "data"
-TOY_MODEL = REPO / "tests" / "models" / "toy_model.py"
+TOY_MODEL = Path(__file__).resolve().parent / "models" / "toy_model.py"
 REFERENCE_VENV = Path(os.environ.get("LMC_REFERENCE_VENV", "/opt/lmcref"))
 REFERENCE_LMC = REFERENCE_VENV / "bin" / "lmc"
 PYTHON = sys.executable

@@ -8,8 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from lmchallenge import columnar, convert, grep, parquet, stats
-from lmchallenge.log import read_log
+from lmchallenge.stats import columnar
+from lmchallenge.logs import convert
+from lmchallenge.analysis import grep
+from lmchallenge.logs import parquet
+from lmchallenge import stats
+from lmchallenge.logs.io import read_log
 
 DATA = Path(__file__).parent / "data"
 LOGS = sorted(p for p in (DATA / "pretty").glob("*.jsonl") if p.name != "rails8.jsonl")
@@ -131,7 +135,7 @@ def test_stats_cli_reads_parquet(tmp_path: Path) -> None:
 
 
 def test_unreadable_parquet_is_input_error(tmp_path: Path) -> None:
-    from lmchallenge.exceptions import InputError
+    from lmchallenge.errors import InputError
 
     bad = tmp_path / "bad.parquet"
     bad.write_text("not parquet\n")

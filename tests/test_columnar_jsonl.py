@@ -15,8 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from lmchallenge import columnar_jsonl, grep, parquet, stats
-from lmchallenge.exceptions import InputError
+from lmchallenge.stats import columnar_jsonl
+from lmchallenge.analysis import grep
+from lmchallenge.logs import parquet
+from lmchallenge import stats
+from lmchallenge.stats import state as stats_state
+from lmchallenge.errors import InputError
 
 DATA = Path(__file__).parent / "data"
 LOGS = sorted([*(DATA / "pretty").glob("*.jsonl"), *(DATA / "logs").glob("*.jsonl")])
@@ -58,7 +62,7 @@ def column_wise_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail if any block is read datum by datum."""
     def refuse(*args, **kwargs):
         raise AssertionError("read datum by datum")
-    monkeypatch.setattr(stats, "state_of_lines", refuse)
+    monkeypatch.setattr(stats_state, "state_of_lines", refuse)
 
 
 # -- every log, whole and in blocks --------------------------------------------------------
@@ -268,11 +272,11 @@ def test_wr_log_is_read_datum_by_datum(monkeypatch: pytest.MonkeyPatch) -> None:
     src = DATA / "pretty" / "kjv.o2.wr.jsonl"
     want = datum_by_datum(src).result(human=False)
     calls = []
-    original = stats.state_of_lines
+    original = stats_state.state_of_lines
 
     def counted(*args, **kwargs):
         calls.append(args[2])
         return original(*args, **kwargs)
-    monkeypatch.setattr(stats, "state_of_lines", counted)
+    monkeypatch.setattr(stats_state, "state_of_lines", counted)
     assert columnar_jsonl.state_of_jsonl(str(src), 4096).result(human=False) == want
     assert calls[0] == 1 and len(calls) > 1      # every block, numbered from line 1

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from lmchallenge.convert import convert, detect_game
-from lmchallenge.log import load_jsonlines, read_log
+from lmchallenge.logs.convert import convert, detect_game
+from lmchallenge.logs.jsonl import load_jsonlines
+from lmchallenge.logs.io import read_log
 
 DATA = Path(__file__).resolve().parent / "data" / "pretty"
 LOGS = ["kjv.o2.wc.jsonl", "kjv.o2.we.jsonl", "kjv.o2.ce.jsonl", "kjv.o2.wr.jsonl",
@@ -20,7 +21,7 @@ LOGS = ["kjv.o2.wc.jsonl", "kjv.o2.we.jsonl", "kjv.o2.ce.jsonl", "kjv.o2.wr.json
 
 
 def needs_parquet():
-    return pytest.importorskip("lmchallenge.parquet", reason="lmchallenge.parquet not written yet")
+    return pytest.importorskip("lmchallenge.logs.parquet")
 
 
 @pytest.mark.parametrize("log", LOGS)
@@ -105,7 +106,7 @@ def test_cli_missing_input_and_missing_output_option(tmp_path):
 def test_invalid_json_names_file_and_line(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"target": "a"}) + "\n{oops\n")
-    from lmchallenge.exceptions import InputError
+    from lmchallenge.errors import InputError
     with pytest.raises(InputError, match=r"bad.jsonl:2: invalid JSON"):
         convert(str(bad), str(tmp_path / "out.jsonl"))
     assert not (tmp_path / "out.jsonl").exists()

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from lmchallenge import diff as D
-from lmchallenge import pretty as P
-from lmchallenge.log import load_jsonlines
+from lmchallenge.analysis import diff as D
+from lmchallenge.analysis import pretty as P
+from lmchallenge.logs.jsonl import load_jsonlines
 
 DATA = Path(__file__).resolve().parent / "data" / "pretty"
 REFERENCE_LMC = Path(os.environ.get("LMC_REFERENCE_VENV", "/opt/lmcref")) / "bin" / "lmc"
@@ -126,7 +126,7 @@ def test_refuses_logs_of_different_text():
 def test_refuses_different_games_and_selections():
     with pytest.raises(D.LogMismatchError, match="different games: BASELINE is wc, LOG is we"):
         D.zip_logs(load("kjv.o1.wc.jsonl"), load("kjv.o2.we.jsonl"))
-    from lmchallenge import grep
+    from lmchallenge.analysis import grep
     with pytest.raises(D.LogMismatchError, match="different selections: token 1 is deselected"):
         D.zip_logs(list(grep.grep("^[a-z]", load("kjv.o1.we.jsonl"))), load("kjv.o2.we.jsonl"))
     # the same selection on both is fine, and deselected tokens are blue

@@ -1,6 +1,6 @@
 """lmc-dist on a real Dask cluster: a `dask scheduler` and `dask worker` processes on 127.0.0.1.
 
-The invariant under test (DESIGN.md 2): for a deterministic model the concatenated log is
+The invariant under test (docs/architecture.md, invariant 2): for a deterministic model the concatenated log is
 identical line for line to `lmc run` on the same input, whatever the number of workers and
 the partition size, with a worker killed mid-run, and after `--resume`.
 """
@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 
 from conftest import BIN, DATA, PYTHON, toy_model_command
+from lmc_dist.resources import format_resources, parse_resources
 
 
 def free_port() -> int:
@@ -32,14 +33,14 @@ def free_port() -> int:
 class Cluster:
     """A scheduler and N single-threaded workers (no nanny, so SIGKILL really kills one)."""
 
-    def __init__(self, workers: int, tmp: Path):
+    def __init__(self, workers: int, tmp: Path, worker_args: dict[int, list[str]] | None = None):
         self.port = free_port()
         self.address = f"tcp://127.0.0.1:{self.port}"
         self.tmp = tmp
         self.scheduler = self._start([str(BIN / "dask"), "scheduler", "--host", "127.0.0.1",
                                       "--port", str(self.port), "--dashboard-address", ":0",
                                       "--no-show"], "scheduler")
-        self.workers = [self.start_worker(i) for i in range(workers)]
+        self.workers = [self.start_worker(i, (worker_args or {}).get(i, [])) for i in range(workers)]
         self.wait_for(workers)
 
     def _start(self, argv: list[str], name: str) -> subprocess.Popen:
@@ -47,10 +48,10 @@ class Cluster:
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp,
                                 env={**os.environ, "DASK_DISTRIBUTED__WORKER__DAEMON": "False"})
 
-    def start_worker(self, i: int) -> subprocess.Popen:
+    def start_worker(self, i: int, extra: list[str] = ()) -> subprocess.Popen:
         return self._start([str(BIN / "dask"), "worker", self.address, "--nthreads", "1",
                             "--no-nanny", "--host", "127.0.0.1", "--no-dashboard",
-                            "--name", f"w{i}-{time.monotonic_ns()}"], f"worker{i}")
+                            "--name", f"w{i}-{time.monotonic_ns()}", *extra], f"worker{i}")
 
     def wait_for(self, n: int) -> None:
         from distributed import Client
@@ -69,8 +70,8 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def cluster(workers: int, tmp: Path):
-    c = Cluster(workers, tmp)
+def cluster(workers: int, tmp: Path, worker_args: dict[int, list[str]] | None = None):
+    c = Cluster(workers, tmp, worker_args)
     try:
         yield c
     finally:
@@ -117,7 +118,7 @@ def test_embedded_cluster_matches_lmc_run(tmp_path, commits, partition_chars, ou
     expected = lmc_run(["wc", "-p"], commits)
     run_dir = tmp_path / "run"
     result = lmc_dist(["run", toy_model_command(), "wc", "-p", "--input", str(commits),
-                       "--run-dir", str(run_dir), "--workers", "2", "--format", out_format,
+                       "--run-dir", str(run_dir), "--workers", "2", "--part-format", out_format,
                        "--partition-chars", str(partition_chars), "--output", str(tmp_path / "all.jsonl")])
     assert (tmp_path / "all.jsonl").read_bytes() == expected
     manifest = json.loads((run_dir / "_manifest.json").read_text())
@@ -151,7 +152,7 @@ def test_scheduler_cluster_matches_lmc_run(tmp_path, commits, two_workers, worke
     run_dir = tmp_path / "run"
     lmc_dist(["run", toy_model_command(), game, *flags, "--input", str(commits), "--run-dir",
               str(run_dir), "--scheduler", two_workers.address, "--partition-chars",
-              str(partition_chars), "--format", "jsonl"])
+              str(partition_chars), "--part-format", "jsonl"])
     assert concatenated(run_dir) == expected
 
 
@@ -252,7 +253,7 @@ def test_bad_corpus_stops_before_any_model(tmp_path):
 
 def _embedded_settings() -> dict:
     import dask
-    from lmc_dist.run import EMBEDDED_CONFIG
+    from lmc_dist.job import EMBEDDED_CONFIG
     return {key: dask.config.get(key) for key in EMBEDDED_CONFIG}
 
 
@@ -262,8 +263,8 @@ def test_embedded_cluster_workers_run_with_its_quiet_settings():
     from types import SimpleNamespace
 
     import dask
-    from lmc_dist.run import EMBEDDED_CONFIG, connect
-    with connect(SimpleNamespace(scheduler=None, workers=1)) as client:
+    from lmc_dist.job import EMBEDDED_CONFIG, connect
+    with connect(SimpleNamespace(scheduler=None, workers=1, resources=None)) as client:
         seen = client.run(_embedded_settings)
     assert list(seen.values()) == [EMBEDDED_CONFIG]
     assert dask.config.get("distributed.worker.memory.monitor-interval") == "100ms"
@@ -284,3 +285,60 @@ def test_workers_freeze_their_heap_after_a_partition(tmp_path, commits, two_work
     ran = {p["worker"] for p in manifest["partitions"]}
     assert ran and ran <= set(frozen)
     assert all(frozen[worker] > 10_000 for worker in ran)
+
+
+def test_partitions_needing_a_resource_run_only_on_the_workers_declaring_it(tmp_path, commits):
+    """``--resources GPU=1``: of two workers, only the one started with ``--resources GPU=1``
+    runs partitions (the manifest names the worker of each); the log is lmc run's."""
+    expected = lmc_run(["wc", "-p"], commits)
+    with cluster(2, tmp_path, {0: ["--resources", "GPU=1"]}) as c:
+        from distributed import Client
+        with Client(c.address, timeout=30) as client:
+            workers = client.scheduler_info()["workers"]
+        gpu = [address for address, info in workers.items() if info.get("resources") == {"GPU": 1}]
+        assert len(gpu) == 1
+        run_dir = tmp_path / "run"
+        lmc_dist(["run", toy_model_command(), "wc", "-p", "--input", str(commits), "--run-dir", str(run_dir),
+                  "--scheduler", c.address, "--resources", "GPU=1", "--partition-chars", "2000"])
+    manifest = json.loads((run_dir / "_manifest.json").read_text())
+    assert len(manifest["partitions"]) > 3
+    assert {p["worker"] for p in manifest["partitions"]} == set(gpu)
+    assert concatenated(run_dir) == expected
+
+
+def test_a_resource_no_worker_declares_is_a_clean_error(two_workers, tmp_path, commits):
+    result = lmc_dist(["run", toy_model_command(), "we", "--input", str(commits), "--run-dir",
+                       str(tmp_path / "run"), "--scheduler", two_workers.address, "--resources", "GPU=1"],
+                      check=False)
+    assert result.returncode == 2
+    assert result.stderr.decode() == (
+        f"lmc-dist: error: no worker of the Dask cluster at {two_workers.address} declares the resources "
+        "GPU=1 that --resources asks for (2 workers); start workers with "
+        "`dask worker SCHEDULER --resources \"GPU=1\"`\n")
+    assert not (tmp_path / "run" / "_manifest.json").exists()     # nothing to resume: a plain rerun
+
+
+def test_the_embedded_cluster_declares_the_resources(tmp_path, commits):
+    expected = lmc_run(["we"], commits)
+    run_dir = tmp_path / "run"
+    lmc_dist(["run", toy_model_command(), "we", "--input", str(commits), "--run-dir", str(run_dir),
+              "--workers", "2", "--resources", "GPU=1", "--partition-chars", "4000"])
+    assert concatenated(run_dir) == expected
+
+
+@pytest.mark.parametrize("text, message", [
+    ("GPU", "'GPU' is not NAME=AMOUNT with a positive AMOUNT (e.g. GPU=1)"),
+    ("GPU=0", "'GPU=0' is not NAME=AMOUNT with a positive AMOUNT (e.g. GPU=1)"),
+    ("GPU=1,GPU=2", "GPU is given twice"),
+])
+def test_bad_resources_are_a_usage_error(tmp_path, commits, text, message):
+    result = lmc_dist(["run", toy_model_command(), "we", "--input", str(commits), "--run-dir",
+                       str(tmp_path / "run"), "--resources", text], check=False)
+    assert result.returncode == 2
+    assert f"Invalid value for '--resources': {message}" in result.stderr.decode()
+    assert not (tmp_path / "run").exists()
+
+
+def test_resources_parse_as_dask_writes_them():
+    assert parse_resources("GPU=1, MEMORY=8e9") == {"GPU": 1.0, "MEMORY": 8e9}
+    assert format_resources({"GPU": 1.0, "MEMORY": 8e9}) == "GPU=1 MEMORY=8e+09"

@@ -202,7 +202,7 @@ def run_stats(run_dir: Path) -> dict:
 
 def check_same_as_reference(run_dir: Path, printed: dict, reference) -> None:
     import pandas
-    from lmchallenge.log import read_log
+    from lmchallenge.logs.io import read_log
 
     ref_log, ref_stats = reference
     frame = pandas.read_parquet(run_dir)
@@ -246,15 +246,16 @@ def test_worker_killed_mid_run(cluster, model, reference):
     start = time.monotonic()
     process = subprocess.Popen(cluster.run_args(
         "run", PREDICTOR, "wc", "--input", CORPUS, "--run-dir", "runs/kjv-wc-kill",
-        "--partition-chars", "8000", "--scheduler", SCHEDULER),
+        "--partition-chars", "2000", "--scheduler", SCHEDULER),
         cwd=REPO, env=cluster.env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 300
         while True:
-            parts = list(run_dir.glob("part-*.parquet")) if run_dir.is_dir() else []
+            # finished partitions wait in _temporary/ until the run commits (docs/formats.md)
+            parts = list(run_dir.glob("_temporary/part-*.parquet")) if run_dir.is_dir() else []
             if len(parts) >= 2 or process.poll() is not None or time.monotonic() > deadline:
                 break
-            time.sleep(0.2)
+            time.sleep(0.05)
         assert process.poll() is None, "the run ended before a worker could be killed:\n" + \
             process.communicate()[1]
         assert len(parts) >= 2, "no partition was written in 300 s"

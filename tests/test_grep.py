@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from lmchallenge import grep as G
-from lmchallenge.log import load_jsonlines
+from lmchallenge.analysis import grep as G
+from lmchallenge.logs.jsonl import load_jsonlines
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "pretty"
@@ -165,8 +165,8 @@ def test_cli_reads_stdin_and_gz_and_run_directory(tmp_path):
 
 
 def test_reads_parquet(tmp_path):
-    pytest.importorskip("lmchallenge.parquet", reason="lmchallenge.parquet not written yet")
-    from lmchallenge.log import write_log
+    pytest.importorskip("lmchallenge.logs.parquet")
+    from lmchallenge.logs.io import write_log
     path = tmp_path / "log.parquet"
     write_log(load_jsonlines(str(MIXED)), str(path), game="we")
     assert selected_targets(G.grep("$emoji", str(path))) == ["😀", "ab😀", "👍", "❤", "😀😀"]

@@ -19,12 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from lmchallenge import diff as D
-from lmchallenge import pretty as P
-from lmchallenge.log import load_jsonlines
+from lmchallenge.analysis import diff as D
+from lmchallenge.analysis import pretty as P
+from lmchallenge.logs.jsonl import load_jsonlines
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "tests" / "data" / "pretty"
+from conftest import REPO as ROOT  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data" / "pretty"
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -245,7 +246,7 @@ def test_pretty_wc_page_in_chromium(browser, tmp_path):
 
 def test_pretty_we_page_unselected_tokens_dimmed(browser, tmp_path):
     needs_stats()
-    from lmchallenge import grep
+    from lmchallenge.analysis import grep
     page = tmp_path / "we.html"
     page.write_text(P.html(grep.grep("$token=[0-4]", str(DATA / "kjv.o2.we.jsonl"))),
                     encoding="utf-8")

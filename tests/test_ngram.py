@@ -1,4 +1,4 @@
-"""Tests of the built-in n-gram model (lmchallenge/models/ngram.py, ngram_cli.py).
+"""Tests of the built-in n-gram model (lmchallenge/model/ngram.py, lmchallenge/cli/ngram.py).
 
 Models are trained on the first 2,000 verses of the KJV Old Testament so the tests stay fast.
 """
@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from conftest import DATA, PYTHON, REFERENCE_LMC
-from lmchallenge.exceptions import InputError, LmcError
-from lmchallenge.models import ngram
-from lmchallenge.models.ngram import NgramModel, load_tables, save_tables, train_tables
-from lmchallenge.models.ngram_cli import main as ngram_main
+from lmchallenge.errors import InputError, LmcError
+from lmchallenge.model import ngram
+from lmchallenge.model.ngram import NgramModel, load_tables, save_tables, train_tables
+from lmchallenge.cli.ngram import main as ngram_main
 from lmchallenge.tokenize import words
 
 KJV_TRAIN = DATA / "kjv" / "train.txt.gz"
@@ -418,11 +418,11 @@ def test_training_errors():
 def test_cli_errors_exit_2_with_a_message(tmp_path):
     bad = tmp_path / "bad.lm"
     bad.write_text("not a model")
-    result = subprocess.run([PYTHON, "-m", "lmchallenge.models.ngram_cli", "serve", str(bad)],
+    result = subprocess.run([PYTHON, "-m", "lmchallenge.cli.ngram", "serve", str(bad)],
                             input="", capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "not an lmc-ngram model file" in result.stderr
-    result = subprocess.run([PYTHON, "-m", "lmchallenge.models.ngram_cli", "train",
+    result = subprocess.run([PYTHON, "-m", "lmchallenge.cli.ngram", "train",
                              str(tmp_path / "missing.txt"), "-o", str(tmp_path / "m.lm")],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
@@ -437,7 +437,7 @@ def test_reference_lmc_runs_the_shell_model(word_model_file, tmp_path):
     if not REFERENCE_LMC.exists():
         pytest.skip(f"reference lmchallenge==5.2 not installed at {REFERENCE_LMC}")
     lines = KJV_TEST.read_text(encoding="utf-8").splitlines()[:5]
-    command = f"{PYTHON} -m lmchallenge.models.ngram_cli serve {word_model_file}"
+    command = f"{PYTHON} -m lmchallenge.cli.ngram serve {word_model_file}"
     result = subprocess.run([str(REFERENCE_LMC), "run", command, "we"],
                             input="".join(line + "\n" for line in lines),
                             capture_output=True, text=True, timeout=120, check=True)

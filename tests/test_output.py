@@ -12,8 +12,8 @@ import pandas
 import pyarrow.parquet as pq
 import pytest
 
-from lmc_dist.run import write_output
-from lmchallenge.log import read_log, write_log
+from lmc_dist.job import write_output
+from lmchallenge.logs.io import read_log, write_log
 
 LOGS = Path(__file__).parent / "data" / "pretty"
 
@@ -53,8 +53,8 @@ def test_partitions_joined_in_order(tmp_path: Path, part_form: str, output: str,
 
 
 def test_parquet_output_in_whole_row_groups(tmp_path: Path, monkeypatch) -> None:
-    import lmchallenge.parquet
-    monkeypatch.setattr(lmchallenge.parquet, "ROW_GROUP_ROWS", 4)
+    import lmchallenge.logs.parquet
+    monkeypatch.setattr(lmchallenge.logs.parquet, "ROW_GROUP_ROWS", 4)
     data, names = parts_of(LOGS / "kjv.o1.we.jsonl", tmp_path / "run", "parquet", cuts=[3, 5, 11])
     out = tmp_path / "all.parquet"
     write_output(str(tmp_path / "run"), names, str(out), "we")
@@ -76,7 +76,7 @@ def test_no_partitions_gives_an_empty_log(tmp_path: Path) -> None:
 def test_lmc_convert_joins_a_run_directory(tmp_path: Path, part_form: str, output: str) -> None:
     from click.testing import CliRunner
 
-    from lmchallenge.convert import cli
+    from lmchallenge.cli.convert import cli
     log = LOGS / "kjv.o2.wc.jsonl"
     data, names = parts_of(log, tmp_path / "run", part_form, cuts=[4, 9])
     out = tmp_path / output

@@ -1,4 +1,4 @@
-"""lmchallenge.parquet: the Parquet log layout of DESIGN.md, written and read back."""
+"""lmchallenge.logs.parquet: the Parquet log layout of docs/formats.md, written and read back."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from lmchallenge import parquet as P  # noqa: E402
-from lmchallenge.exceptions import InputError, LmcError  # noqa: E402
-from lmchallenge.log import dumps_datum, load_jsonlines, read_log  # noqa: E402
+from lmchallenge.logs import parquet as P  # noqa: E402
+from lmchallenge.errors import InputError, LmcError  # noqa: E402
+from lmchallenge.logs.jsonl import dumps_datum, load_jsonlines  # noqa: E402
+from lmchallenge.logs.io import read_log  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "pretty"
 LOGS = sorted(p.name for p in DATA.glob("*.jsonl") if p.name != "rails8.jsonl")

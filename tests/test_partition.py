@@ -13,9 +13,7 @@ import pytest
 
 from lmc_dist.partition import read_partition, scan, taper_limit
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-if not DATA.exists():
-    DATA = Path(__file__).resolve().parents[1] / "data"
+from conftest import DATA
 COMMITS = DATA / "commits" / "rails.test.sample.jsonl"
 
 
@@ -92,7 +90,7 @@ def test_resume_refuses_a_run_dir_cut_otherwise(tmp_path: Path) -> None:
     """A run dir whose partitions were cut otherwise (say by an earlier version, before the
     taper) cannot be resumed: its finished part files would stand for other lines."""
     from lmc_dist import manifest as mf
-    from lmchallenge.exceptions import LmcError
+    from lmchallenge.errors import LmcError
 
     result = scan(str(COMMITS), "auto", 20000, False, str(tmp_path))
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from lmchallenge import pretty as P
-from lmchallenge.exceptions import LmcError
-from lmchallenge.log import load_jsonlines
+from lmchallenge.analysis import pretty as P
+from lmchallenge.errors import LmcError
+from lmchallenge.logs.jsonl import load_jsonlines
 
 DATA = Path(__file__).resolve().parent / "data" / "pretty"
 REFERENCE_LMC = Path(os.environ.get("LMC_REFERENCE_VENV", "/opt/lmcref")) / "bin" / "lmc"
@@ -40,7 +40,7 @@ def needs_stats():
 
 def needs_reranking():
     try:
-        from lmchallenge import reranking  # noqa: F401
+        from lmchallenge.stats import reranking  # noqa: F401
     except ImportError:
         pytest.skip("lmchallenge.reranking not written yet")
 
@@ -145,10 +145,10 @@ def test_ansi_reads_paths_of_any_form(tmp_path):
     assert list(P.ansi(str(path))) == expected
     assert list(P.ansi(str(gz))) == expected
     try:
-        from lmchallenge import parquet  # noqa: F401
+        from lmchallenge.logs import parquet  # noqa: F401
     except ImportError:
         return
-    from lmchallenge.log import write_log
+    from lmchallenge.logs.io import write_log
     pq = tmp_path / "we.parquet"
     write_log(load_jsonlines(str(path)), str(pq), game="we")
     assert list(P.ansi(str(pq))) == expected
@@ -200,7 +200,7 @@ def test_ansi_escape_by_escape_as_reference(log, args):
     ("kjv.o2.ce.jsonl", "~[aeiou]"),
 ])
 def test_ansi_of_a_grepped_log_as_reference(tmp_path, log, pattern):
-    from lmchallenge import grep
+    from lmchallenge.analysis import grep
     grepped = tmp_path / "grepped.jsonl"
     grepped.write_text(reference("grep", pattern, str(DATA / log)))
     assert "\n".join(P.ansi(grep.grep(pattern, str(DATA / log)))) + "\n" == \
@@ -270,7 +270,7 @@ def test_html_details_per_game():
     assert table["marks"] == {"3": "hit"}
     we_page = page_data(P.html(str(DATA / "kjv.o2.we.jsonl"), float_format=".3f"))
     first = we_page["lines"][0]["tokens"][0]
-    assert first["d"]["rows"][-2][0] == "logp"
+    assert first["d"]["rows"][-2][0] == "logp (nats)"
     assert re.fullmatch(r"-\d+\.\d{3}", first["d"]["rows"][-2][1])
 
 
@@ -299,14 +299,14 @@ def test_cli_html_output():
 
 
 def test_message_labels_of_html_lines():
-    from lmchallenge.pretty import message_label
+    from lmchallenge.analysis.pretty import message_label
     assert message_label({"user": None, "message": 3}) == "message 3"
     assert message_label({"user": "ada@x", "message": 0}) == "ada@x \u00b7 0"
     assert message_label({"user": "", "message": 1}) == " \u00b7 1"
 
 
 def test_token_details_name_a_missing_user_in_words():
-    from lmchallenge.pretty import position_rows
+    from lmchallenge.analysis.pretty import position_rows
     rows = dict(position_rows({"user": None, "message": 0, "token": 1, "character": 4,
                                "target": "book"}))
     assert rows["user"] == "(none)"

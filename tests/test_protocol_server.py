@@ -1,4 +1,4 @@
-"""Tests of the model side of the line protocol (lmchallenge/models/protocol.py) and of
+"""Tests of the model side of the line protocol (lmchallenge/model/serve.py) and of
 ``lmc-ngram serve`` over real pipes."""
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from conftest import BIN, DATA, PYTHON
-from lmchallenge.model import Model, Predict, ShellModel, Train, Clear, parse_answer
-from lmchallenge.models import protocol
-from lmchallenge.models.ngram import NgramModel, save_tables, train_tables
+from lmchallenge.model.api import Model
+from lmchallenge.model.wire import Predict, Train, Clear, parse_answer
+from lmchallenge.model.shell import ShellModel
+from lmchallenge.model import serve as protocol
+from lmchallenge.model.ngram import NgramModel, save_tables, train_tables
 from lmchallenge.tokenize import words
 
 
@@ -182,7 +184,7 @@ def model_file(tmp_path_factory) -> Path:
 
 
 class Server:
-    """``python -m lmchallenge.models.ngram_cli serve MODEL`` with a line reader thread."""
+    """``python -m lmchallenge.cli.ngram serve MODEL`` with a line reader thread."""
 
     def __init__(self, argv: list[str]):
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -213,7 +215,7 @@ class Server:
 
 def test_serve_answers_each_request_before_the_next_is_sent(model_file):
     local = NgramModel(model=str(model_file), top=5)
-    server = Server([PYTHON, "-m", "lmchallenge.models.ngram_cli", "serve", str(model_file),
+    server = Server([PYTHON, "-m", "lmchallenge.cli.ngram", "serve", str(model_file),
                      "--top", "5"])
     try:
         server.send(b"predict\tIn the \n")

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import lmchallenge as lmc
-from lmchallenge.model import ShellModel, parse_answer, shell_command
+from lmchallenge.model.shell import ShellModel, shell_command
+from lmchallenge.model.wire import parse_answer
 from conftest import DATA, PYTHON, lmc_command, toy_model_command
 
 
@@ -134,7 +135,8 @@ def test_bad_corpus_on_stdin_writes_nothing_to_stdout():
 @pytest.mark.parametrize("mode, reason, stderr", [
     ("exit", "exited with code 3", "toy model: giving up"),
     ("hang", "no answer within 1 s (killed)", "toy model: hanging"),
-    ("garbage", "malformed answer", "model stderr: (empty)"),
+    ("garbage", "malformed answer 'this is not\\ta score\\textra': expected text<TAB>score pairs, "
+                "got 3 fields", "model stderr: (empty)"),
     ("silent-exit", "exited (code 0) before answering", "model stderr: (empty)"),
 ])
 def test_model_failure_names_model_query_and_stderr(tmp_path, mode, reason, stderr):
@@ -144,9 +146,14 @@ def test_model_failure_names_model_query_and_stderr(tmp_path, mode, reason, stde
                      stdin=b"The book of the generation\n", check=False)
     text = result.stderr.decode()
     assert result.returncode == 2, text
-    assert f"--mode {mode} --after 3': {reason}" in text
-    assert "while evaluating user None, message 0, token 1 ('book')" in text
-    assert "last request: 'predict\\tThe '" in text
+    assert f"--mode {mode} --after 3': {reason}\n" in text
+    # answers 1-3 are token 0 ('The', 3 prefixes); answer 4 is the first of token 1 ('book')
+    assert ("while evaluating user None, message 0, token 1 ('book'); requests in flight up to "
+            "user None, message 0, token 4 ('generation')\n") in text
+    assert "\nrequest (answer line 4): 'predict\\tThe '\n" in text
+    assert ("\nrequests in flight: 19, oldest first: 'predict\\tThe ', 'predict\\tThe b', "
+            "'predict\\tThe bo', ... (13 more), 'predict\\tThe book of the generat', "
+            "'predict\\tThe book of the generati', 'predict\\tThe book of the generatio'\n") in text
     assert stderr in text
     assert not out.exists()
 
@@ -161,7 +168,7 @@ def test_model_flooding_stderr_does_not_deadlock():
 def test_shell_model_stream_pipelines_in_order():
     model = ShellModel(toy_model_command(), window=4)
     try:
-        from lmchallenge.model import Predict, Train, Clear
+        from lmchallenge.model.wire import Predict, Train, Clear
         answers = list(model.stream([Predict("The b", None), Train("zebra"),
                                      Predict("", ["zebra", "quail", "ox"]), Clear(),
                                      Predict("", ["zebra"])] * 20))
@@ -185,7 +192,7 @@ def test_answer_lines_longer_than_several_pipe_reads_arrive_whole():
     import shlex
     model = ShellModel(f"{PYTHON} -c {shlex.quote(LONG_ANSWER_MODEL)}", window=2)
     try:
-        from lmchallenge.model import Predict
+        from lmchallenge.model.wire import Predict
         answers = list(model.stream([Predict("a", None)] * 3))
     finally:
         model.close()

@@ -19,8 +19,7 @@ import emoji
 import pytest
 
 from conftest import DATA
-from lmchallenge.tokenize import (Token, ascii_word_pattern, character_tokenizer, emoji_sequences,
-                                  find_tokens, full_word_pattern, word_tokenizer, words)
+from lmchallenge.tokenize import (Token, ascii_word_pattern, character_tokenizer, emoji_sequences, find_tokens, full_word_pattern, word_tokenizer, words)
 
 # --- unit tests: exact tokens (each expectation is also checked against the reference) ---
 

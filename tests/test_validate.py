@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from conftest import BIN
-from lmchallenge.exceptions import InputError
-from lmchallenge.validate import problem, validate
+from lmchallenge.errors import InputError
+from lmchallenge.analysis.validate import problem, validate
 
 LOGS = Path(__file__).resolve().parent / "data" / "pretty"
 GOOD = {"user": None, "message": 0, "token": 0, "character": 0, "target": "a"}
@@ -37,8 +37,10 @@ def test_problem_names_the_field(datum, field, words):
 def test_validate_counts_and_names_the_line():
     assert validate([GOOD, {**GOOD, "logp": -1.5}]) == 2
     with pytest.raises(InputError) as error:
-        validate([GOOD, GOOD, {**GOOD, "user": 3}], name="x.jsonl")
-    assert str(error.value) == "x.jsonl:3: field user: 3 is not of type 'string', 'null'"
+        validate([GOOD, GOOD, {**GOOD, "user": 3.5}], name="x.jsonl")
+    assert str(error.value) == "x.jsonl:3: field user: 3.5 is not of type 'string', 'integer', 'null'"
+    # an integer user is what lmc run (and LM Challenge 5.x) logs for {"user": 3}
+    assert validate([{**GOOD, "user": 3}]) == 1
 
 
 def test_cli_bad_log_exits_2_with_file_line_and_field(tmp_path):

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ..corpus import messages_from_data
-from ..errors import ErrorModel
-from .entropy import Entropy
-from .runner import Game, run_game
-from .wc import WordCompletion
-from .wr import WordReranking
+from lmchallenge.corpus import messages_from_data
+from lmchallenge.games.typos import ErrorModel
+from lmchallenge.games.entropy import Entropy
+from lmchallenge.games.runner import Game, run_game
+from lmchallenge.games.wc import WordCompletion
+from lmchallenge.games.wr import WordReranking
 
 Log = Iterator[dict[str, Any]]
 
@@ -45,7 +45,7 @@ def wr(model: Any, data: Iterable[Any], vocab: Iterable[str], train: bool = Fals
         num_candidates: most candidates per token.
         error_config: an :class:`ErrorModel` or a dict ``{"p_anykey", "error_chars"}``.
     """
-    from ..search import CandidateSearch  # imports NumPy: only for wr
+    from lmchallenge.games.candidates import CandidateSearch  # imports NumPy: only for wr
     if isinstance(error_config, dict):
         error_config = ErrorModel(**error_config)
     game = WordReranking(CandidateSearch(vocab), seed=seed, num_candidates=num_candidates,

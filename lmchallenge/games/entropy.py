@@ -2,18 +2,20 @@
 
 For each token the model scores the token itself after the text before it; the log keeps
 ``logp``, the model's normalised log-probability (natural log) of the token, or ``null``
-when the model cannot score it (``../shared/seeds/001_a51f61792860ca8b.txt``, "we & ce logs").
+when the model cannot score it (docs/formats.md, "Log", we & ce).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import Predict, Result
-from ..tokenize import Token, character_tokenizer, find_tokens, word_tokenizer
+from lmchallenge.model.wire import Predict
+
+from lmchallenge.model.wire import Result
+from lmchallenge.tokenize import Token, character_tokenizer, find_tokens, word_tokenizer
 
 LOG = logging.getLogger(__name__)
 
@@ -28,11 +30,20 @@ def target_score(answer: Result, target: str) -> float | None:
     return None
 
 
+MULTI_CHARACTER_WARNING = ("ce: the model answered %r, not one character, when asked to score %r:"
+                           " is it a word model? ce scores characters (a character model: "
+                           "lmc-ngram train --chars); with a word model its statistics mean little")
+"""Warned once per run when a ``ce`` answer is not a single character."""
+
+
 @dataclass
 class Entropy:
-    """The ``we`` (``characters=False``) or ``ce`` (``characters=True``) game."""
+    """The ``we`` (``characters=False``) or ``ce`` (``characters=True``) game.
+
+    In ``ce`` an answer of more than one character (a word model's) is warned about once."""
 
     characters: bool = False
+    _warned: bool = field(default=False, init=False, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -45,4 +56,13 @@ class Entropy:
             yield token, [Predict(text[:token.character], [token.target])], None
 
     def payload(self, token: Token, answers: list[Result], state: Any) -> dict[str, Any]:
+        if self.characters and not self._warned:
+            self._check_characters(token, answers[0])
         return {"logp": target_score(answers[0], token.target)}
+
+    def _check_characters(self, token: Token, answer: Result) -> None:
+        for text, _ in answer:
+            if len(text) != 1:
+                LOG.warning(MULTI_CHARACTER_WARNING, text, token.target)
+                self._warned = True
+                return

@@ -1,6 +1,6 @@
 """Walks a corpus through a game and a model, producing the log (one datum per token).
 
-Semantics (DESIGN.md invariant 5): consecutive messages of one user form a group; with
+Semantics (docs/architecture.md, invariant 5): consecutive messages of one user form a group; with
 ``train`` the model gets ``clear`` before each group and is trained on each message after
 it has been evaluated, all rows sharing a timestamp being evaluated before any of them is
 trained on; ``message`` counts from 0 within a group (from ``first_message`` for the first
@@ -17,10 +17,12 @@ import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
-from ..corpus import Message
-from ..exceptions import ModelError
-from ..model import Clear, Predict, Request, Result, Train, session_batches
-from ..tokenize import Token
+from lmchallenge.corpus import Message
+from lmchallenge.errors import ModelError
+from lmchallenge.model.wire import Clear, Predict, Request, Train
+from lmchallenge.model.wire import Result
+from lmchallenge.model.session import session_batches
+from lmchallenge.tokenize import Token
 
 
 class Game(Protocol):
@@ -110,7 +112,29 @@ def run_game(game: Game, model: Any, messages: Iterable[Message], train: bool = 
             del answers[:used]
     except ModelError as e:
         if pending:
-            user, number, token, _, _ = pending[0]
-            raise e.with_where(f"user {user!r}, message {number}, token {token.token} "
-                               f"({token.target!r})") from None
+            raise e.with_where(_where(pending, len(answers), len(e.in_flight))) from None
         raise
+
+
+def _where(pending: collections.deque, answered: int, in_flight: int) -> str:
+    """The token the failing answer belongs to (the oldest token not fully answered: the
+    answers before the failing one were given to their tokens) and, when several requests
+    were in flight, the token of the newest of them.
+
+    ``pending`` holds ``(user, message, token, predicts, state)`` per token whose requests
+    were drawn, oldest first; ``answered`` of the first token's predicts have their answer.
+    """
+    def name(entry: tuple) -> str:
+        user, number, token, _, _ = entry
+        return f"user {user!r}, message {number}, token {token.token} ({token.target!r})"
+
+    where = name(pending[0])
+    if in_flight > 1:
+        remaining = in_flight + answered
+        for entry in pending:
+            remaining -= entry[3]
+            if remaining <= 0:
+                break
+        if entry is not pending[0]:
+            where += f"; requests in flight up to {name(entry)}"
+    return where

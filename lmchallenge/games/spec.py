@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ErrorModel, read_vocabulary
-from .entropy import Entropy
-from .runner import Game
-from .wc import WordCompletion
-from .wr import WordReranking
+from lmchallenge.logs.schema import GAMES
+from lmchallenge.games.typos import ErrorModel, read_vocabulary
+from lmchallenge.games.entropy import Entropy
+from lmchallenge.games.runner import Game
+from lmchallenge.games.wc import WordCompletion
+from lmchallenge.games.wr import WordReranking
 
-GAME_NAMES = ("wc", "we", "ce", "wr")
 
 
 @dataclass(frozen=True)
@@ -28,8 +28,8 @@ class GameSpec:
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.name not in GAME_NAMES:
-            raise ValueError(f"unknown game {self.name!r} (expected one of {GAME_NAMES})")
+        if self.name not in GAMES:
+            raise ValueError(f"unknown game {self.name!r} (expected one of {GAMES})")
 
     def build(self) -> Game:
         """The game object (reads the vocabulary of ``wr``)."""
@@ -38,7 +38,7 @@ class GameSpec:
             return WordCompletion(next_word_only=bool(o.get("next_word_only", False)))
         if self.name in ("we", "ce"):
             return Entropy(characters=self.name == "ce")
-        from ..search import CandidateSearch  # imports NumPy: only for wr
+        from lmchallenge.games.candidates import CandidateSearch  # imports NumPy: only for wr
         error_model = ErrorModel(p_anykey=float(o.get("p_anykey", ErrorModel.p_anykey)),
                                  error_chars=str(o.get("error_chars", ErrorModel.error_chars)))
         return WordReranking(CandidateSearch(read_vocabulary(o["vocab"])),

@@ -3,7 +3,7 @@
 For each word token the model is asked for its continuations after the text before the
 word, then after each proper prefix of the word (``--next-word-only``: the first query
 only).  The log keeps ``completions[i]``: the continuations proposed after typing ``i``
-characters, best first (``../shared/seeds/001_a51f61792860ca8b.txt``, "wc logs").
+characters, best first (docs/formats.md, "Log", wc).
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..model import Predict, Result
-from ..tokenize import Token, find_tokens, word_tokenizer
+from lmchallenge.model.wire import Predict
+
+from lmchallenge.model.wire import Result
+from lmchallenge.tokenize import Token, find_tokens, word_tokenizer
 
 
 def ranked(answer: Result) -> list[str]:

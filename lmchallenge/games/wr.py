@@ -5,7 +5,7 @@ the vocabulary to the corruption (plus the corruption and the true word) are the
 candidates; each gets the error model's score, and the model scores them all after the text
 before the word.  The log keeps ``verbatim`` (the corruption) and ``results``:
 ``[candidate, error score, lm score or null]``, best error score first
-(``../shared/seeds/001_a51f61792860ca8b.txt``, "wr logs").
+(docs/formats.md, "Log", wr).
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ErrorModel, message_rng
-from ..model import Predict, Result
-from ..tokenize import Token, find_tokens, word_tokenizer
+from lmchallenge.games.typos import ErrorModel, message_rng
+from lmchallenge.model.wire import Predict
+from lmchallenge.model.wire import Result
+from lmchallenge.tokenize import Token, find_tokens, word_tokenizer
 
 if TYPE_CHECKING:  # the search imports NumPy; the other games need not
-    from ..search import CandidateSearch
+    from lmchallenge.games.candidates import CandidateSearch
 
 
 def choose_candidates(found: list[str], target: str, typed: str, n: int) -> list[str]:

@@ -1,19 +1,25 @@
 """A deterministic toy model speaking the LM Challenge line protocol, for tests.
 
-Usage: python toy_model.py [--mode normal|exit|hang|garbage|flood|silent-exit] [--after N]
+Usage: python toy_model.py [--mode normal|exit|hang|garbage|flood|silent-exit|answer|trickle|
+                             close-stdout] [--after N]
 
 normal: predict without candidates -> a fixed word list filtered by the typed prefix,
         scores -1, -2, ...; with candidates -> score -(len(candidate) + len(context) % 3),
         leaving out candidates that contain "q" (out of vocabulary); train/clear adapt a
         set of trained words that then score 0.
---delay sleeps per predict; --crash-if-exists F makes it exit with code 3 on a context
+--delay sleeps per predict; --count-file F appends each predict's context to F.PID; --crash-if-exists F makes it exit with code 3 on a context
 containing --crash-word while F exists.
 The other modes behave normally for N predicts, then: exit with code 3 (exit), stop
-answering (hang), answer a malformed line (garbage); flood writes 1 MB to stderr before each
-answer; silent-exit exits with code 0.
+answering (hang), answer a malformed line (garbage); flood writes 100 kB to stderr before each
+answer; silent-exit exits with code 0; answer writes --answer (with \\t for TAB) instead of
+its answer; trickle writes its answer one byte every --delay seconds; close-stdout closes its
+standard output and sleeps for an hour.
+--stderr-bytes B writes B bytes of lines to stderr before each answer (any mode), and
+--tally FILE the number of bytes it wrote to stderr to FILE when its input ends.
 """
 
 import argparse
+import os
 import sys
 
 WORDS = ["the", "and", "of", "to", "that", "in", "he", "shall", "unto", "for", "i", "his",
@@ -28,9 +34,17 @@ def main() -> None:
     parser.add_argument("--crash-if-exists", default=None,
                         help="while this file exists, exit with code 3 on --crash-word")
     parser.add_argument("--crash-word", default="Jesus")
+    parser.add_argument("--count-file", default=None,
+                        help="append each predict's context, one line per request, to this "
+                             "file name + '.' + the process id (flushed at once)")
+    parser.add_argument("--answer", default="", help="the answer line of --mode answer")
+    parser.add_argument("--stderr-bytes", type=int, default=0)
+    parser.add_argument("--tally", default=None)
     args = parser.parse_args()
+    counted = open(f"{args.count_file}.{os.getpid()}", "a", encoding="utf-8") if args.count_file else None
     trained: set[str] = set()
     answered = 0
+    written = 0  # bytes to stderr by --stderr-bytes
     out = sys.stdout
     for line in sys.stdin:
         parts = line.rstrip("\n").split("\t")
@@ -55,6 +69,16 @@ def main() -> None:
                 sys.stderr.flush()
                 import time
                 time.sleep(3600)
+            if args.mode == "close-stdout":
+                import time
+                sys.stdout.flush()
+                os.close(1)
+                time.sleep(3600)
+            if args.mode == "answer":
+                out.write(args.answer.replace("\\t", "\t") + "\n")
+                out.flush()
+                answered += 1
+                continue
             if args.mode == "garbage":
                 out.write("this is not\ta score\textra\n")
                 out.flush()
@@ -62,13 +86,20 @@ def main() -> None:
                 continue
         if args.mode == "flood":
             sys.stderr.write(("noise " * 170 + "\n") * 100)
+        if args.stderr_bytes:
+            line = "x" * 99 + "\n"
+            sys.stderr.write(line * (args.stderr_bytes // 100) + "y" * (args.stderr_bytes % 100))
+            sys.stderr.flush()
+            written += args.stderr_bytes
         context = parts[1] if len(parts) > 1 else ""
+        if counted is not None:
+            counted.write(context + "\n")
+            counted.flush()
         if args.crash_if_exists and args.crash_word in context:
-            import os
             if os.path.exists(args.crash_if_exists):
                 sys.stderr.write(f"toy model: crashing on {args.crash_word!r}\n")
                 sys.exit(3)
-        if args.delay:
+        if args.delay and args.mode != "trickle":
             import time
             time.sleep(args.delay)
         candidates = parts[2:]
@@ -79,9 +110,20 @@ def main() -> None:
             prefix = context.split(" ")[-1] if not context.endswith(" ") else ""
             pairs = [(w[len(prefix):], -1.0 - i) for i, w in enumerate(WORDS)
                      if w.startswith(prefix) and len(w) > len(prefix)]
-        out.write("\t".join(f"{w}\t{s}" for w, s in pairs) + "\n")
-        out.flush()
+        answer = "\t".join(f"{w}\t{s}" for w, s in pairs) + "\n"
+        if args.mode == "trickle" and answered >= args.after:
+            import time
+            for char in answer:
+                out.write(char)
+                out.flush()
+                time.sleep(args.delay)
+        else:
+            out.write(answer)
+            out.flush()
         answered += 1
+    if args.tally:
+        with open(args.tally, "w") as f:
+            f.write(str(written))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,111 @@
+"""Speed of the neural adapter (words per second) against the built-in n-gram, same run.
+
+    scripts/fetch-smollm2.sh            # models/SmolLM2-135M-Instruct.Q4_1.gguf
+    python benchmarks/neural.py [--model models/SmolLM2-135M-Instruct.Q4_1.gguf]
+        [--lines 200] [--wc-lines 4] [--device cpu|cuda] [--dtype auto] [--batch-size 1]
+        [--chunk 32] [--threads N] [--random-weights]
+
+Runs ``we`` on the first ``--lines`` lines of data/kjv/test.sample.txt and ``wc`` (next-word
+predictions only, unless ``--wc-prefixes``: then every prefix of every word is a search too)
+on the first ``--wc-lines``, in process
+(``lmchallenge.games.we``/``wc`` with :class:`lmchallenge.model.neural.adapter.CausalLM`), then the
+built-in n-gram model (``lmc-ngram train`` on data/kjv/train.txt.gz, trained here unless
+``--ngram FILE``) on the same lines, and prints words/s for each and the ratio.
+
+``--random-weights``: the same architecture and tokenizer as ``--model`` (config and tokenizer
+read from the directory or GGUF file, or from the few-MB directory ``lmc-neural skeleton
+MODEL DIR`` writes), weights drawn at random: speed does not depend on the weights, so a
+machine the model file cannot travel to can still measure it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO / "data" / "kjv" / "test.sample.txt"
+DEFAULT_MODEL = REPO / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def build_neural(args):
+    from lmchallenge.model.neural.adapter import CausalLM
+    options = dict(batch_size=args.batch_size, chunk=args.chunk, top=20,
+                   max_expansions=args.max_expansions)
+    if args.threads:
+        import torch
+        torch.set_num_threads(args.threads)
+    return CausalLM(str(args.model), device=args.device, dtype=args.dtype,
+                    random_weights=args.random_weights, **options)
+
+
+def timed(game, model, lines) -> tuple[int, float]:
+    start = time.perf_counter()
+    count = sum(1 for _ in game(model, lines))
+    return count, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default=str(DEFAULT_MODEL))
+    parser.add_argument("--random-weights", action="store_true")
+    parser.add_argument("--lines", type=int, default=200)
+    parser.add_argument("--wc-lines", type=int, default=4)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--chunk", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--max-expansions", type=int, default=64)
+    parser.add_argument("--ngram", default=None, help="a trained lmc-ngram model file")
+    parser.add_argument("--wc-prefixes", action="store_true",
+                        help="wc with every prefix of every word (default: next word only)")
+    args = parser.parse_args()
+
+    from lmchallenge import games
+    from lmchallenge.model.ngram import NgramModel
+    lines = CORPUS.read_text(encoding="utf-8").splitlines()
+    we_lines, wc_lines = lines[:args.lines], lines[:args.wc_lines]
+
+    def wc_game(model, data):
+        return games.wc(model, data, next_word_only=not args.wc_prefixes)
+
+    start = time.perf_counter()
+    neural = build_neural(args)
+    neural.predict(lines[-1][:30], None)  # first use: the vocabulary's boundary sets
+    print(f"neural: {neural.name} loaded and warmed up in {time.perf_counter() - start:.1f} s "
+          f"(device {args.device}, chunk {args.chunk}, batch {args.batch_size})", flush=True)
+    results = {}
+    runs = (("we", games.we, we_lines), ("wc", wc_game, wc_lines))
+    for name, game, data in runs:
+        count, elapsed = timed(game, neural, data)
+        results[("neural", name)] = count / elapsed
+        print(f"neural {name}: {count} words in {elapsed:.1f} s: {count / elapsed:.3g} words/s "
+              f"({len(data)} lines, {neural.engine.forward_passes} forward passes so far)",
+              flush=True)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ngram_file = args.ngram
+        if ngram_file is None:
+            ngram_file = str(Path(tmp) / "kjv.lm")
+            subprocess.run([str(Path(sys.executable).parent / "lmc-ngram"), "train",
+                            str(REPO / "data" / "kjv" / "train.txt.gz"), "-o", ngram_file],
+                           check=True)
+        ngram = NgramModel(ngram_file, top=20)
+        for name, game, data in runs:
+            count, elapsed = timed(game, ngram, data)
+            results[("ngram", name)] = count / elapsed
+            print(f"ngram {name}: {count} words in {elapsed:.2f} s: {count / elapsed:.0f} words/s",
+                  flush=True)
+    for name in ("we", "wc"):
+        ratio = results[("neural", name)] / results[("ngram", name)]
+        print(f"{name}: neural {results[('neural', name)]:.3g} words/s, n-gram "
+              f"{results[('ngram', name)]:.0f} words/s: ratio {ratio:.3g}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,443 @@
+"""``lmc-dist run``: a game over a corpus on a Dask cluster, partition by partition.
+
+The client locks the run dir (:mod:`lmc_dist.commit`), scans the corpus into partitions
+(:mod:`lmc_dist.partition`), submits one task per partition (workers read their byte range
+themselves and write ``_temporary/part-NNNNN.parquet``/``.jsonl.gz`` atomically), records
+each finished partition in ``_manifest.json`` as soon as its task ends, merges the
+partitions' statistics states in partition order (the wr mixture fit is evaluated where the
+score matrices are, see :mod:`lmc_dist.reduce`), commits the run (``_stats.json``, the parts
+moved to the top level, ``finished`` in the manifest; the layout is described in
+:mod:`lmchallenge.rundir`), and optionally concatenates the partitions into one log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import dask
+from distributed import Client, LocalCluster, as_completed
+from tqdm import tqdm
+
+from lmchallenge.errors import LmcError, ModelError
+from lmchallenge.tuning import DASK_EMBEDDED_CONFIG
+from lmchallenge.games.spec import GameSpec
+from lmchallenge.logs.convert import convert_file, join_logs
+from lmchallenge.logs.rundir import finished_part
+from lmchallenge.model.spec import PredictorSpec
+
+from lmc_dist import commit
+from lmc_dist import manifest as mf
+from lmc_dist import reduce
+from lmc_dist.partition import scan
+from lmc_dist.resources import Resources, require_offered
+from lmc_dist.quiet import TASK_PREFIX, client_filters, quiet_interruption, sigint_deferred
+from lmc_dist.sizing import ForCluster, PartitionSize, query_cost, recorded_size
+from lmc_dist.worker import (PLUGIN_NAME, ModelPool, PartitionTask, evaluate_partition, part_name,
+                             state_of_existing_part)
+
+LOG = logging.getLogger(__name__)
+DEFAULT_PARTITION_CHARS = 100_000
+"""The size of a partition before sizes were chosen for the cluster (now only a suggestion
+for ``--partition-chars``)."""
+EMBEDDED_CONFIG = DASK_EMBEDDED_CONFIG
+"""Dask settings of the embedded cluster (:data:`lmchallenge.tuning.DASK_EMBEDDED_CONFIG`)."""
+
+
+@dataclass(frozen=True)
+class DistJob:
+    """One ``lmc-dist run``.
+
+    Attributes:
+        predictor, game: what to run.
+        input: corpus path or fsspec URL (``.gz`` ok).
+        run_dir: output directory (every worker must reach it at the same path).
+        corpus_format: ``auto``, ``text`` or ``json``.
+        out_format: ``parquet`` or ``jsonl``.
+        scheduler: address of an existing Dask scheduler, or None for an embedded cluster.
+        workers: worker processes of the embedded cluster (default: one per core).
+        partition_chars: target characters per partition (None: a size in estimated model
+            queries chosen for the cluster, :class:`lmc_dist.sizing.ForCluster`; on
+            ``--resume``, the size recorded in the run dir).
+        train: train/clear the model per user (groups are never split).
+        resume: finish the run already in ``run_dir``.
+        retries: extra attempts of a failed partition.
+        output: also concatenate the log into this file (jsonl, jsonl.gz or parquet).
+        progress: show a progress bar (None: when stderr is a terminal).
+        intervals: bootstrap settings (:class:`lmchallenge.bootstrap.Settings`): the
+            statistics carry ``"ci"`` as ``lmc stats --confidence`` gives them (None: not).
+        resources: Dask worker resources each partition task needs (``{"GPU": 1.0}``;
+            :mod:`lmc_dist.resources`): only workers declaring them run partitions; the
+            embedded cluster's workers declare them.  None: any worker.
+    """
+
+    predictor: PredictorSpec
+    game: GameSpec
+    input: str
+    run_dir: str
+    corpus_format: str = "auto"
+    out_format: str = "parquet"
+    scheduler: str | None = None
+    workers: int | None = None
+    partition_chars: int | None = None
+    train: bool = False
+    resume: bool = False
+    retries: int = 1
+    output: str | None = None
+    progress: bool | None = None
+    intervals: Any = None
+    resources: Resources | None = None
+
+
+@dataclass
+class RunReport:
+    """What a finished run reports.
+
+    Attributes:
+        stats: the statistics (as ``lmc stats`` prints for the whole log, without ``log``).
+        tokens: log rows.
+        seconds: wall time.
+        workers: number of workers used.
+        partitions: number of partitions.
+        failed: one message per distinct error of the partitions that failed (empty on
+            success; :func:`failure_messages`).
+        failed_partitions: how many partitions failed.
+    """
+
+    stats: dict[str, Any]
+    tokens: int
+    seconds: float
+    workers: int
+    partitions: int
+    failed: list[str] = field(default_factory=list)
+    failed_partitions: int = 0
+
+    def summary_line(self) -> str:
+        rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
+        return (f"lmc-dist: {self.tokens} tokens in {self.seconds:.1f} s ({rate:,.0f} tokens/s) "
+                f"on {self.workers} worker{'s' if self.workers != 1 else ''}, "
+                f"{self.partitions} partitions")
+
+
+@contextlib.contextmanager
+def connect(job: DistJob) -> Iterator[Client]:
+    """A client of ``job.scheduler``, or of an embedded LocalCluster (one worker process per
+    core, one thread each, made with :data:`EMBEDDED_CONFIG`) that is shut down afterwards.
+    The scheduler's HTTP server (which runs with or without a dashboard) takes a free
+    loopback port, not 8787, which another cluster on the machine may hold."""
+    if job.scheduler:
+        with client_filters(), Client(job.scheduler) as client, quiet_interruption():
+            yield client
+        return
+    n = job.workers or os.cpu_count() or 1
+    cluster = None
+    try:   # the settings are read when the scheduler, nannies and workers start; the
+        # cluster's processes inherit an ignored SIGINT
+        with sigint_deferred(), dask.config.set(EMBEDDED_CONFIG):
+            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                   dashboard_address=_dashboard_address() or "127.0.0.1:0",
+                                   silence_logs=logging.ERROR, resources=job.resources)
+    except KeyboardInterrupt:          # Ctrl-C during the start, delivered on unblocking
+        if cluster is not None:
+            cluster.close()
+        raise
+    except (RuntimeError, OSError, TimeoutError) as e:   # e.g. a worker killed as it started
+        raise LmcError(f"the embedded Dask cluster did not start ({str(e).rstrip('.')}); run again "
+                       "(with --resume if the run dir holds a run)") from None
+    with client_filters(), cluster, Client(cluster) as client, quiet_interruption():
+        yield client
+
+
+def cluster_name(job: DistJob) -> str:
+    """The cluster ``job`` runs on, for messages."""
+    return f"the Dask cluster at {job.scheduler}" if job.scheduler else "the embedded Dask cluster"
+
+
+def register_model_pool(client: Client, job: DistJob) -> None:
+    """Register :class:`lmc_dist.worker.ModelPool` on every worker, now and later.  A worker
+    that dies meanwhile (its nanny starts another, which gets the plugin from the scheduler)
+    fails the broadcast: the registration is tried once more when the workers are back.
+
+    Raises:
+        LmcError: it failed twice (the cluster is not usable).
+    """
+    try:
+        client.register_plugin(ModelPool(), name=PLUGIN_NAME)
+        return
+    except OSError:          # CommClosedError: a worker went away during the broadcast
+        pass
+    try:
+        if not job.scheduler:
+            client.wait_for_workers(job.workers or os.cpu_count() or 1, timeout=60)
+        client.register_plugin(ModelPool(), name=PLUGIN_NAME)
+    except (OSError, TimeoutError) as e:
+        raise LmcError(f"{cluster_name(job)} lost workers as the run started ({str(e).rstrip('.')}); run again "
+                       "(with --resume if the run dir holds a run)") from None
+
+
+def _dashboard_address() -> str | None:
+    try:
+        import bokeh  # noqa: F401  (the dashboard needs it)
+    except ImportError:
+        return None
+    return "127.0.0.1:0"
+
+
+def _identity(job: DistJob, scan_result, old: dict[str, Any] | None) -> dict[str, Any]:
+    chars = job.partition_chars
+    if chars is None and old is not None:   # --resume without --partition-chars: as recorded
+        chars = old.get("partition_chars")
+    manifest = mf.new_manifest(
+        game=job.game.name, game_options=job.game.options, predictor=job.predictor.describe(),
+        corpus=job.input, scan=scan_result, train=job.train, partition_chars=chars,
+        out_format=job.out_format,
+        part_names=[part_name(p.index, job.out_format) for p in scan_result.partitions])
+    manifest["partition_size"] = scan_result.size.to_json()
+    return manifest
+
+
+def partition_size(job: DistJob, old: dict[str, Any] | None) -> int | PartitionSize | ForCluster:
+    """The size to cut ``job``'s corpus at: the one recorded in the run dir being resumed
+    (``old``), else ``--partition-chars``, else one chosen for the cluster's size."""
+    if old is not None:
+        return recorded_size(old)
+    if job.partition_chars is not None:
+        return job.partition_chars
+    return ForCluster(workers=cluster_size(job))
+
+
+def cluster_size(job: DistJob) -> int:
+    """Workers ``job`` will run on: ``--workers``, else the workers the scheduler has now,
+    else (an embedded cluster) one per core."""
+    if job.workers:
+        return job.workers
+    if job.scheduler:
+        with Client(job.scheduler) as client:
+            found = client.scheduler_info().get("workers", {})
+            if job.resources:
+                return require_offered(found, job.resources, cluster_name(job))
+            return max(1, len(found))
+    return os.cpu_count() or 1
+
+
+def execute(job: DistJob) -> RunReport:
+    """Run ``job`` to completion (or to failure of some partitions), holding the run dir's
+    lock throughout (:func:`lmc_dist.commit.locked`); the run commits when every partition
+    is done (:func:`lmc_dist.commit.commit`).
+
+    Raises:
+        InputError: bad corpus (before any model starts).
+        RunDirBusy: another ``lmc-dist run`` is writing the run dir.
+        LmcError: the run dir holds another run (without ``--resume``), cannot be resumed,
+            or holds files lmc-dist did not write (and no manifest).
+        KeyboardInterrupt: after saving the manifest (the run can be resumed).
+    """
+    started = time.monotonic()
+    with commit.locked(job.run_dir):
+        return _execute_locked(job, started)
+
+
+def _execute_locked(job: DistJob, started: float) -> RunReport:
+    old = mf.load(job.run_dir)
+    if old is not None and not job.resume:
+        raise LmcError(f"{job.run_dir} already holds a run (_manifest.json): use --resume to "
+                       "finish it, or a new --run-dir")
+    scanned = scan(job.input, job.corpus_format, partition_size(job, old), job.train,
+                   job.run_dir, cost=query_cost(job.game))
+    manifest = _identity(job, scanned, old)
+    if old is not None:
+        mf.check_resumable(old, manifest)
+        manifest["started"] = old.get("started", manifest["started"])
+        manifest["finished"] = old.get("finished")
+    done = _finished_partitions(job.run_dir, old, manifest)
+    if not manifest["finished"]:
+        commit.begin(job.run_dir)
+    commit.remove_leftovers(job.run_dir)
+    mf.save(job.run_dir, manifest)
+
+    tasks = [PartitionTask(run_dir=os.path.abspath(job.run_dir), input_path=os.path.abspath(scanned.path)
+                           if "://" not in scanned.path else scanned.path,
+                           corpus_name=job.input, corpus_format=scanned.corpus_format, partition=p,
+                           game=job.game, predictor=job.predictor, train=job.train,
+                           out_format=job.out_format)
+             for p in scanned.partitions]
+    with connect(job) as client:
+        register_model_pool(client, job)
+        found = client.scheduler_info().get("workers", {})
+        workers = len(found) or (job.workers or 1)
+        if job.resources:
+            workers = require_offered(found, job.resources, cluster_name(job))
+        if client.dashboard_link and _dashboard_address() is not None or job.scheduler:
+            LOG.warning("dask dashboard: %s", client.dashboard_link)
+        outcomes, errors = _run_partitions(client, job, tasks, done, manifest)
+        stats = None
+        if not errors:
+            stats = reduce.global_stats(client, [outcomes[i] for i in range(len(tasks))],
+                                        intervals=job.intervals, parts=[
+                                            str(finished_part(job.run_dir, p["file"]))
+                                            for p in manifest["partitions"]])
+            client.cancel(list(outcomes.values()))   # released: a worker lost now costs nothing
+            commit.commit(job.run_dir, manifest, stats)
+            if job.output:
+                write_output(job.run_dir, [p["file"] for p in manifest["partitions"]], job.output,
+                             job.game.name, client)
+    tokens = sum(p.get("rows") or 0 for p in manifest["partitions"] if p["state"] == "done")
+    commit.remove_leftovers(job.run_dir)
+    return RunReport(stats=stats or {}, tokens=tokens, seconds=time.monotonic() - started,
+                     workers=workers, partitions=len(tasks), failed=failure_messages(tasks, errors),
+                     failed_partitions=len(errors))
+
+
+def _finished_partitions(run_dir: str, old: dict[str, Any] | None,
+                         manifest: dict[str, Any]) -> dict[int, str]:
+    """The partitions whose files are in place (a file in place is whole: it was renamed
+    there when written), by index, with the file's path; their entries of the old manifest
+    (rows, timings) are carried into ``manifest``."""
+    done: dict[int, str] = {}
+    old_entries = old["partitions"] if old is not None else [None] * len(manifest["partitions"])
+    for entry, new_entry in zip(old_entries, manifest["partitions"]):
+        found = finished_part(run_dir, new_entry["file"])
+        if found is None:
+            continue
+        if entry is not None and entry.get("state") == "done":
+            new_entry.update(entry)
+        new_entry["state"] = "done"
+        done[new_entry["index"]] = str(found.resolve())
+    return done
+
+
+def write_output(run_dir: str, part_files: list[str], output: str, game: str,
+                 client: Client | None = None) -> None:
+    """Concatenate the partitions (in order) into the log file ``output``, atomically
+    (:func:`lmchallenge.convert.join_logs`: the client only joins files, which keeps this
+    serial step small).  Partitions of another form than the output's are first converted
+    by the workers of ``client``, one task each (in this process without one)."""
+    sources = [os.path.join(run_dir, name) for name in part_files]
+    if client is None:
+        join_logs(sources, output, game)
+        return
+
+    def on_workers(pairs, game):
+        client.gather(client.map(convert_file, *zip(*pairs), game=game, pure=False))
+
+    join_logs(sources, output, game, convert=on_workers)
+
+
+def _summary(outcome) -> dict[str, Any]:
+    return outcome.summary()
+
+
+def _summary_on_worker(key: str, dask_worker=None) -> dict[str, Any]:
+    """The summary of the outcome ``key`` held by this worker (run by ``Client.run`` on the
+    worker's event loop: it does not wait for a task slot behind the next partition)."""
+    return dask_worker.data[key].summary()
+
+
+def summary_now(client: Client, future: Any) -> dict[str, Any]:
+    """The finished partition ``future``'s summary, asked of the worker that holds it at
+    once; through a task only if that worker is gone (Dask then reads the file again)."""
+    holders = client.who_has([future]).get(future.key) or ()
+    for address in holders:
+        try:
+            return client.run(_summary_on_worker, future.key, workers=[address])[address]
+        except Exception:  # noqa: BLE001 - the worker left or spilled it: ask through a task
+            break
+    return client.submit(_summary, future, pure=False).result()
+
+
+def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], done: dict[int, str],
+                    manifest: dict[str, Any]) -> tuple[dict[int, Any], dict[int, BaseException]]:
+    """Submit every partition (finished ones only re-read their file), track them to the end,
+    recording each in the manifest as soon as its task ends.
+
+    Returns:
+        (futures of the partition outcomes by index, errors of failed partitions by index).
+    """
+    run_id = uuid.uuid4().hex[:8]
+    order = sorted(tasks, key=lambda t: -(t.partition.queries or t.partition.characters)) \
+        if job.train else tasks
+    futures: dict[Any, int] = {}
+    outcomes: dict[int, Any] = {}
+    for rank, task in enumerate(order):
+        index = task.partition.index
+        key = f"{TASK_PREFIX}part-{index:05d}-{run_id}"
+        if index in done:
+            future = client.submit(state_of_existing_part, done[index], index,
+                                   task.partition.characters, key=key, pure=False)
+        else:
+            future = client.submit(evaluate_partition, task, key=key, pure=False,
+                                   retries=job.retries, priority=len(order) - rank,
+                                   resources=job.resources)
+        futures[future] = index
+        outcomes[index] = future
+    errors: dict[int, BaseException] = {}
+    bar = tqdm(total=len(tasks), unit="part", file=sys.stderr, dynamic_ncols=True,
+               disable=not (sys.stderr.isatty() if job.progress is None else job.progress))
+    tokens = 0
+    start = time.monotonic()
+    try:
+        for future in as_completed(list(futures)):
+            index = futures[future]
+            entry = manifest["partitions"][index]
+            if future.status == "error":
+                errors[index] = future.exception()
+                entry.update(state="failed", error=str(errors[index]))
+            else:
+                summary = summary_now(client, future)
+                tokens += summary["rows"]
+                entry.update(state="done", rows=summary["rows"], elapsed=summary["elapsed"],
+                             began=summary["began"], worker=summary["worker"], error=None)
+            mf.save(job.run_dir, manifest)
+            bar.update(1)
+            rate = tokens / max(1e-9, time.monotonic() - start)
+            bar.set_postfix_str(f"{tokens} tok, {rate:,.0f} tok/s", refresh=False)
+    except KeyboardInterrupt:
+        client.cancel(list(futures))
+        mf.save(job.run_dir, manifest)
+        raise
+    finally:
+        bar.close()
+    return outcomes, errors
+
+
+def failure_messages(tasks: list[PartitionTask], errors: dict[int, BaseException]) -> list[str]:
+    """One message per distinct error of the failed partitions (``errors`` by partition
+    index), naming the first partition it stopped and its lines, and how many more it
+    stopped (a model command that does not exist fails every partition the same way)."""
+    groups: dict[str, list[int]] = {}
+    for index in sorted(errors):
+        groups.setdefault(_error_kind(errors[index]), []).append(index)
+    messages = []
+    for indices in groups.values():
+        first, rest = indices[0], indices[1:]
+        message = _failure_message(tasks[first], errors[first])
+        if rest:
+            shown = ", ".join(map(str, rest[:10])) + (", ..." if len(rest) > 10 else "")
+            message += (f"\n(the same error stopped {len(rest)} more partition"
+                        f"{'s' if len(rest) != 1 else ''}: {shown})")
+        messages.append(message)
+    return messages
+
+
+def _error_kind(error: BaseException) -> str:
+    """What makes two partitions' errors the same: the model's reason and stderr tail
+    (not where in the corpus it happened), or the error's text."""
+    if isinstance(error, ModelError):
+        return f"model\0{error.command}\0{error.reason}\0{error.stderr_tail}"
+    return f"{type(error).__name__}\0{error}"
+
+
+def _failure_message(task: PartitionTask, error: BaseException) -> str:
+    p = task.partition
+    where = (f"partition {p.index} (lines {p.first_line}-{p.first_line + p.messages - 1} of "
+             f"{task.corpus_name}, first message {p.first_message})")
+    if isinstance(error, ModelError):
+        return f"{where}: {error}"
+    return f"{where}: {type(error).__name__}: {error}"

@@ -1,0 +1,110 @@
+"""Quiet failures: the errors of lmc-dist's tasks are reported once, by the client.
+
+* A partition that fails raises on its worker, where ``distributed`` logs it ("Compute
+  Failed", the exception and a traceback, per attempt): the client reports the same error,
+  with the partition's lines, once (:func:`lmc_dist.run.failure_messages`).  Workers drop
+  those log records for lmc-dist's own tasks (:class:`OwnTaskFailures`); records of any other
+  task, and every other record, stay.
+* Ctrl-C on a terminal sends SIGINT to the whole foreground process group: the embedded
+  cluster's workers (and their model processes) would each die with a traceback while the
+  client shuts them down anyway.  They are started with SIGINT ignored
+  (:func:`sigint_deferred`), and the client's own Dask scheduler and client, cut off in the
+  middle of their work, close without logging (:func:`quiet_interruption`), so the client's
+  one line is all the user sees.  One record escapes that: a Ctrl-C that lands while
+  ``distributed.utils.sync`` is starting its call makes the event loop log a ``NameError``
+  from sync's ``cancel`` (its future is not set yet; an upstream race), logged by the loop
+  thread before the client's main thread is back in lmc-dist's code.  The client drops that
+  record (:class:`SyncCancelRace`, :func:`client_filters`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Iterator
+
+TASK_PREFIX = "lmc-"
+"""Prefix of the keys of lmc-dist's tasks (``lmc-part-NNNNN-RUNID``)."""
+
+
+class OwnTaskFailures(logging.Filter):
+    """Drops ``distributed``'s "Compute Failed" records of lmc-dist's tasks."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            lines = record.getMessage().split("\n", 2)
+        except Exception:  # noqa: BLE001 - a malformed record is not ours to judge
+            return True
+        return not (lines[0] == "Compute Failed" and len(lines) > 1 and TASK_PREFIX in lines[1])
+
+
+_FILTER = OwnTaskFailures()
+
+
+class SyncCancelRace(logging.Filter):
+    """Drops the event loop's record of the ``NameError`` that ``distributed.utils.sync``'s
+    ``cancel`` callback raises when a KeyboardInterrupt comes before its future is set."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if not isinstance(error, NameError):
+            return True
+        frame = error.__traceback__
+        while frame is not None and frame.tb_next is not None:
+            frame = frame.tb_next
+        code = frame.tb_frame.f_code if frame is not None else None
+        return not (code is not None and code.co_name == "cancel"
+                    and code.co_filename.endswith(("distributed/utils.py", "distributed\\utils.py")))
+
+
+@contextlib.contextmanager
+def client_filters() -> Iterator[None]:
+    """While the body runs, the client process drops :class:`SyncCancelRace`'s records
+    (tornado logs the loop's callback errors as ``tornado.application``)."""
+    logger = logging.getLogger("tornado.application")
+    race = SyncCancelRace()
+    logger.addFilter(race)
+    try:
+        yield
+    finally:
+        logger.removeFilter(race)
+
+
+def quiet_worker() -> None:
+    """In a worker process: drop the failure records of lmc-dist's tasks."""
+    logging.getLogger("distributed.worker").addFilter(_FILTER)
+
+
+@contextlib.contextmanager
+def sigint_deferred() -> Iterator[None]:
+    """While the body runs (in the main thread; elsewhere a no-op), SIGINT is ignored, so the
+    processes it starts inherit an ignored SIGINT (the disposition survives ``exec``, and
+    Python leaves an ignored SIGINT ignored) and a terminal's Ctrl-C never reaches them.  It
+    is also blocked meanwhile: a blocked signal is kept pending even while ignored (signal(7)),
+    so a Ctrl-C during the body is raised as KeyboardInterrupt when it ends, unless a thread
+    the body starts unblocks SIGINT (multiprocessing's resource tracker start does): then
+    that Ctrl-C is lost, and the next one interrupts."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+@contextlib.contextmanager
+def quiet_interruption() -> Iterator[None]:
+    """On KeyboardInterrupt out of the body, disable logging for the rest of the process
+    (it is exiting): the scheduler and client closing with work under way would otherwise
+    log "Closed comm" and "Task exception was never retrieved" records, each with a trace."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        logging.disable(logging.CRITICAL)
+        raise

@@ -1,0 +1,299 @@
+"""``lmc compare``: models against a baseline on the same data, with intervals and paired tests.
+
+For each log the figures of ``lmc stats`` that are ratios of per-group sums
+(:data:`lmchallenge.stats.bootstrap.METRICS`) are given with their bootstrap interval; for each
+non-baseline log, against the baseline, the paired difference (the same resampled
+users/messages for both logs), its interval and a two-sided p-value (paired bootstrap, or
+approximate randomisation), see :mod:`lmchallenge.stats.bootstrap`.
+
+The logs must be of the same data: the check of ``lmc diff``
+(:func:`lmchallenge.diff.zip_logs`: same tokens, same selection, same game).  Entropies
+are compared only between logs with the same entropy fingerprint (the same tokens
+scored); otherwise the entropy figures of that log carry a ``note`` saying why and no
+difference.  Each ``wr`` log is scored under its own fitted mixture (see
+:mod:`lmchallenge.stats.bootstrap` on what its interval leaves out).
+
+Outputs (:data:`FORMATS`): ``text`` and ``markdown`` tables (models in rows, metrics in
+columns), ``csv`` (one row per log, columns ``METRIC.value``, ``.low``, ``.high``,
+``.delta``, ``.delta_low``, ``.delta_high``, ``.p``), ``json`` (one object per line per
+non-baseline log: ``{"log", "baseline", "metrics": {key: {"value", "baseline", "delta",
+"ci", "p", "value_ci", "baseline_ci"}}}``, ``ci`` being the interval of the delta) and
+``html`` (one self-contained page).
+"""
+
+from __future__ import annotations
+
+import csv
+import html as html_escape
+import io
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lmchallenge.stats import bootstrap
+from lmchallenge.stats.derived import derived_figures, entropy_game, unit_of
+
+FORMATS = ("text", "markdown", "csv", "json", "html")
+TESTS = ("bootstrap", "randomisation")
+ENTROPY_KEYS = ("entropy.hit", "entropy.mean")
+
+
+@dataclass
+class MetricRow:
+    """One metric of one log: ``value`` and its interval ``value_ci``; against the
+    baseline ``baseline``, ``delta``, its interval ``ci`` and ``p`` (None for the baseline
+    itself, or when not comparable: then ``note`` says why)."""
+
+    value: float
+    value_ci: list[float]
+    baseline: float | None = None
+    baseline_ci: list[float] | None = None
+    delta: float | None = None
+    ci: list[float] | None = None
+    p: float | None = None
+    note: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = dict(value=self.value, baseline=self.baseline, delta=self.delta, ci=self.ci, p=self.p,
+                   value_ci=self.value_ci, baseline_ci=self.baseline_ci)
+        if self.note:
+            out["note"] = self.note
+        return out
+
+
+@dataclass
+class LogComparison:
+    """A log's figures (the baseline's own row has no deltas)."""
+
+    log: str
+    baseline: str
+    metrics: dict[str, MetricRow] = field(default_factory=dict)
+    game: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"log": self.log, "baseline": self.baseline,
+                "metrics": {k: m.as_dict() for k, m in self.metrics.items()}}
+
+
+def check_same_data(baseline: str, log: str) -> str | None:
+    """Raise :class:`lmchallenge.diff.LogMismatchError` unless the two logs are of the same
+    data (``lmc diff``'s check); returns the game (None for an empty log)."""
+    from lmchallenge.analysis.diff import zip_logs
+    from lmchallenge.logs.io import read_log
+    from lmchallenge.analysis.pretty import detect_game
+
+    base_data = list(read_log(baseline))
+    zip_logs(base_data, list(read_log(log)))
+    return detect_game(base_data[0]) if base_data else None
+
+
+def compare(baseline: str, logs: Sequence[str], settings: bootstrap.Settings,
+            test: str = "bootstrap") -> list[LogComparison]:
+    """Compare ``logs`` with ``baseline``.
+
+    Args:
+        baseline: the baseline log (any form ``lmc stats`` reads).
+        logs: the other logs.
+        settings: confidence, resamples, seed, interval method.
+        test: ``"bootstrap"`` (paired bootstrap) or ``"randomisation"`` (approximate
+            randomisation) for the p-values.
+    Returns:
+        The baseline's row first (no deltas), then one per log.
+    Raises:
+        LogMismatchError: a log is not of the baseline's data.
+        InputError: a log cannot be read.
+    """
+    game = None
+    for log in logs:
+        game = check_same_data(baseline, log)
+    base = bootstrap.summarise(baseline)
+    raw = base.result(human=False)
+    game = entropy_game(game, raw["tokens"], raw["characters"])
+    base_metrics = base.metrics(derived=True)
+    base_ci = bootstrap.intervals(base.table, base_metrics, settings)
+    base_entropy = base.state.entropy_fingerprint
+    rows = [LogComparison(baseline, baseline, {
+        key: MetricRow(_value(base, num, den), base_ci[key]) for key, num, den in base_metrics}, game)]
+    for log in logs:
+        summary = bootstrap.summarise(log)
+        metrics = [m for m in bootstrap.METRICS if m in base_metrics or m in summary.metrics(derived=True)]
+        own_ci = bootstrap.intervals(summary.table, metrics, settings)
+        paired = bootstrap.paired(summary.table, base.table, metrics, settings, test)
+        comparison = LogComparison(log, baseline, game=game)
+        for key, num, den in metrics:
+            row = MetricRow(_value(summary, num, den), own_ci[key], baseline=_value(base, num, den),
+                            baseline_ci=base_ci.get(key))
+            if key in ENTROPY_KEYS and summary.state.entropy_fingerprint != base_entropy:
+                row.note = (f"not comparable: entropy fingerprints differ ({_hex(summary.state.entropy_fingerprint)}"
+                            f" vs {_hex(base_entropy)} in the baseline): the logs score different tokens")
+            else:
+                result = paired[key]
+                row.delta, row.ci, row.p = result.delta, result.ci, result.p
+            comparison.metrics[key] = row
+        rows.append(comparison)
+    return rows
+
+
+def _hex(fingerprint: int) -> str:
+    return f"{fingerprint:08x}"
+
+
+def _value(summary: bootstrap.LogSummary, numerator: str, denominator: str) -> float:
+    """The figure as ``lmc stats`` prints it (its exact sums), else the ratio of the
+    per-group totals."""
+    key = next(m[0] for m in bootstrap.METRICS if m[1:] == (numerator, denominator))
+    printed = bootstrap.lookup(summary.result(), key)
+    if printed is not None:
+        return float(printed)
+    totals = summary.table.totals()
+    den = totals[bootstrap.COLUMN[denominator]]
+    return float(totals[bootstrap.COLUMN[numerator]] / den) if den else math.nan
+
+
+# --- output ----------------------------------------------------------------------------------------
+
+def _num(value: float | None, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def _interval(ci: Sequence[float] | None) -> str:
+    return "-" if ci is None else f"[{_num(ci[0])}, {_num(ci[1])}]"
+
+
+def _cell(row: MetricRow | None, is_baseline: bool) -> str:
+    if row is None:
+        return "-"
+    text = f"{_num(row.value)} {_interval(row.value_ci)}"
+    if is_baseline:
+        return text
+    if row.note:
+        return f"{text} (not comparable)"
+    p = "-" if row.p is None else f"{row.p:.3g}"
+    return f"{text} Δ {row.delta:+.4f} {_interval(row.ci)} p={p}"
+
+
+def _columns(rows: Sequence[LogComparison]) -> list[str]:
+    keys: list[str] = []
+    for row in rows:
+        keys += [k for k in row.metrics if k not in keys]
+    order = {m[0]: i for i, m in enumerate(bootstrap.METRICS)}
+    return sorted(keys, key=lambda k: order[k])
+
+
+def _header(key: str, game: str | None) -> str:
+    unit = unit_of(key, game)
+    return f"{key} ({unit})" if unit else key
+
+
+def _notes(rows: Sequence[LogComparison]) -> list[str]:
+    notes = []
+    for row in rows[1:]:
+        for key, metric in row.metrics.items():
+            if metric.note and key == "entropy.mean":
+                notes.append(f"{row.log}: entropy {metric.note}")
+    return notes
+
+
+def _legend(settings: bootstrap.Settings, test: str) -> str:
+    return (f"{settings.confidence:g} {settings.method} bootstrap intervals over users (messages where "
+            f"there are no users), {settings.resamples} resamples, seed {settings.seed}; Δ = log - baseline,"
+            f" p two-sided ({'paired bootstrap' if test == 'bootstrap' else 'approximate randomisation'})")
+
+
+def _derived_lines(rows: Sequence[LogComparison]) -> list[str]:
+    lines = []
+    for row in rows:
+        figures = derived_figures({k: m.value for k, m in row.metrics.items()}, row.game)
+        if figures:
+            lines.append(f"{row.log}: " + ", ".join(f"{name} {value:.4g}" for name, value in figures.items()))
+    return lines
+
+
+def to_text(rows: Sequence[LogComparison], settings: bootstrap.Settings, test: str) -> str:
+    """An aligned plain-text table."""
+    keys = _columns(rows)
+    game = rows[0].game if rows else None
+    table = [["log", *(_header(k, game) for k in keys)]]
+    for i, row in enumerate(rows):
+        name = f"{row.log} (baseline)" if i == 0 else row.log
+        table.append([name, *(_cell(row.metrics.get(k), i == 0) for k in keys)])
+    widths = [max(len(r[c]) for r in table) for c in range(len(table[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in table]
+    extra = _derived_lines(rows) + _notes(rows) + [_legend(settings, test)]
+    return "\n".join(lines + [""] + extra) + "\n"
+
+
+def to_markdown(rows: Sequence[LogComparison], settings: bootstrap.Settings, test: str) -> str:
+    """A Markdown (pipe) table."""
+    keys = _columns(rows)
+    game = rows[0].game if rows else None
+    lines = ["| log | " + " | ".join(_header(k, game) for k in keys) + " |",
+             "|---|" + "---|" * len(keys)]
+    for i, row in enumerate(rows):
+        name = f"{row.log} (baseline)" if i == 0 else row.log
+        cells = [_cell(row.metrics.get(k), i == 0).replace("|", "\\|") for k in keys]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    extra = _derived_lines(rows) + _notes(rows) + [_legend(settings, test)]
+    return "\n".join(lines + [""] + [f"- {e}" for e in extra]) + "\n"
+
+
+def to_csv(rows: Sequence[LogComparison], settings: bootstrap.Settings, test: str) -> str:
+    """One CSV row per log."""
+    keys = _columns(rows)
+    fields = ["log", "baseline"]
+    for k in keys:
+        fields += [f"{k}.{s}" for s in ("value", "low", "high", "delta", "delta_low", "delta_high", "p", "note")]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=fields)
+    writer.writeheader()
+    for row in rows:
+        record: dict[str, Any] = {"log": row.log, "baseline": row.baseline}
+        for k, m in row.metrics.items():
+            record.update({f"{k}.value": m.value, f"{k}.low": m.value_ci[0], f"{k}.high": m.value_ci[1],
+                           f"{k}.delta": m.delta, f"{k}.p": m.p, f"{k}.note": m.note,
+                           f"{k}.delta_low": m.ci[0] if m.ci else None,
+                           f"{k}.delta_high": m.ci[1] if m.ci else None})
+        writer.writerow(record)
+    return out.getvalue()
+
+
+def to_json(rows: Sequence[LogComparison], settings: bootstrap.Settings, test: str) -> str:
+    """One JSON object per line per non-baseline log (keys sorted)."""
+    return "".join(json.dumps(row.as_json(), sort_keys=True) + "\n" for row in rows[1:])
+
+
+def to_html(rows: Sequence[LogComparison], settings: bootstrap.Settings, test: str) -> str:
+    """One self-contained HTML page (inline CSS, no scripts, no external resources)."""
+    keys = _columns(rows)
+    game = rows[0].game if rows else None
+    esc = html_escape.escape
+    head = "".join(f"<th>{esc(_header(k, game))}</th>" for k in keys)
+    body = []
+    for i, row in enumerate(rows):
+        cells = []
+        for k in keys:
+            metric = row.metrics.get(k)
+            css = ""
+            if i and metric is not None and metric.p is not None and metric.delta:
+                significant = metric.p < 1 - settings.confidence
+                css = (" class=\"better\"" if metric.delta > 0 else " class=\"worse\"") if significant else ""
+            cells.append(f"<td{css}>{esc(_cell(metric, i == 0))}</td>")
+        name = esc(row.log) + (" <em>(baseline)</em>" if i == 0 else "")
+        body.append(f"<tr><th scope=\"row\">{name}</th>{''.join(cells)}</tr>")
+    notes = "".join(f"<li>{esc(n)}</li>" for n in _derived_lines(rows) + _notes(rows) + [_legend(settings, test)])
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<title>lmc compare</title><style>"
+            "body{font-family:sans-serif;margin:1em}table{border-collapse:collapse}"
+            "th,td{border:1px solid #bbb;padding:.3em .6em;text-align:left;font-variant-numeric:tabular-nums}"
+            "td.better{background:#d8f5d0}td.worse{background:#f8d6d3}"
+            "</style></head><body data-rendered=\"1\"><h1>lmc compare</h1>"
+            f"<table id=\"comparison\"><thead><tr><th>log</th>{head}</tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table><ul id=\"notes\">{notes}</ul></body></html>\n")
+
+
+WRITERS: dict[str, Callable[[Sequence[LogComparison], bootstrap.Settings, str], str]] = {
+    "text": to_text, "markdown": to_markdown, "csv": to_csv, "json": to_json, "html": to_html}

@@ -1,0 +1,274 @@
+"""``lmc diff``: token by token, how a model (LOG) differs from a baseline on the same text.
+
+The two logs must hold the same tokens in the same order (same ``user``, ``message``,
+``token``, ``character``, ``target`` and selection) and the same game; otherwise
+:class:`LogMismatchError` says where they first part.
+
+Colours (ANSI as LM Challenge 5.x ``lmc diff``; tokens deselected by ``lmc grep`` blue):
+
+* ``wc``: characters typed with both models black (grey); the characters one model
+  had to type and the other completed bold green (LOG typed fewer) or bold red (LOG
+  typed more); characters both completed default.  A next-word prediction within
+  the top 3 counts as nothing typed.  (LM Challenge 5.x colours every character after
+  the common typed prefix; only the differing ones are highlighted here.)
+* ``we``/``ce``: ``d = logp(LOG) - logp(BASELINE)`` against the interval ``i``:
+  ``d > i/2`` bold green, ``> i/6`` green, ``> -i/6`` yellow, ``> -i/2`` red, else bold
+  red; scored by neither magenta; scored by one only white (bold when LOG lost it).
+* ``wr`` (each log's own fitted mixture): bold green miscorrected -> unchanged, bold red
+  unchanged -> miscorrected, green uncorrected -> corrected, red corrected ->
+  uncorrected; no change: black, bold when wrong under both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+
+from lmchallenge.analysis import pretty
+from lmchallenge.errors import LmcError
+from lmchallenge.analysis.grep import is_selected
+from lmchallenge.logs.schema import COMMON_COLUMNS, Datum
+from lmchallenge.stats.outcomes import DIFF_NEXT_WORD_RANK, typed_characters
+from lmchallenge.analysis.pretty import Colour, Details, Page, Renderer, Segment, Style
+
+COMMON_KEYS = COMMON_COLUMNS
+NAMES = ("baseline", "log")
+
+
+class LogMismatchError(LmcError):
+    """The two logs of a diff are not of the same data (or not of the same game)."""
+
+
+def zip_logs(baseline: Sequence[Datum], log: Sequence[Datum]) -> list[Datum]:
+    """Pair two logs of the same text datum by datum.
+
+    Args:
+        baseline, log: the two logs (lists of datums).
+    Returns:
+        Datums with the common keys (``user``, ``message``, ``token``, ``character``,
+        ``target``, ``select``) and each log's own keys under ``"baseline"`` / ``"log"``.
+    Raises:
+        LogMismatchError: different lengths, a common key that differs (naming the
+            first token where they part), a different selection, or different games.
+    """
+    if len(baseline) != len(log):
+        raise LogMismatchError(
+            f"the logs are not of the same data: BASELINE has {len(baseline)} tokens, "
+            f"LOG has {len(log)} (diff compares two models on the same text)")
+    if baseline:
+        games = (pretty.detect_game(baseline[0]), pretty.detect_game(log[0]))
+        if games[0] != games[1]:
+            raise LogMismatchError(
+                f"the logs are of different games: BASELINE is {games[0]}, LOG is {games[1]}")
+    zipped = []
+    for number, (a, b) in enumerate(zip(baseline, log), start=1):
+        for key in COMMON_KEYS:
+            if a.get(key) != b.get(key):
+                raise LogMismatchError(
+                    f"the logs are not of the same data: token {number} "
+                    f"(user {a.get('user')!r}, message {a.get('message')!r}, token "
+                    f"{a.get('token')!r}) has {key} {a.get(key)!r} in BASELINE but "
+                    f"{b.get(key)!r} in LOG")
+        if is_selected(a) != is_selected(b):
+            raise LogMismatchError(
+                f"the logs have different selections: token {number} is "
+                f"{'selected' if is_selected(a) else 'deselected'} in BASELINE only "
+                f"(grep both logs the same way)")
+        datum = {k: a.get(k) for k in COMMON_KEYS}
+        datum["select"] = is_selected(a)
+        datum["baseline"] = {k: v for k, v in a.items() if k not in COMMON_KEYS + ("select",)}
+        datum["log"] = {k: v for k, v in b.items() if k not in COMMON_KEYS + ("select",)}
+        zipped.append(datum)
+    return zipped
+
+
+def typed_for_diff(target: str, completions: Sequence[Sequence[str]]) -> int:
+    """Characters typed before the target is offered, as ``lmc diff`` counts them
+    (:data:`lmchallenge.stats.outcomes.DIFF_NEXT_WORD_RANK`)."""
+    return typed_characters(completions, target, next_word_rank=DIFF_NEXT_WORD_RANK)
+
+
+def diff_completion(datum: Datum) -> list[Segment]:
+    """``wc`` diff colours: common typed prefix black, then the differing characters."""
+    target = datum["target"]
+    base = typed_for_diff(target, datum["baseline"]["completions"])
+    new = typed_for_diff(target, datum["log"]["completions"])
+    low, high = min(base, new), max(base, new)
+    segments = [(target[:low], Style(Colour.BLACK))]
+    if base == new:
+        return segments + [(target[low:], pretty.DEFAULT)]
+    style = Style(Colour.RED, True) if base < new else Style(Colour.GREEN, True)
+    segments.append((target[low:high], style))
+    if high < len(target):
+        segments.append((target[high:], pretty.DEFAULT))
+    return segments
+
+
+def entropy_diff_style(base: float | None, logp: float | None, interval: float) -> Style:
+    """``we``/``ce`` diff colour of ``logp - base`` (see the module docstring)."""
+    if base is None and logp is None:
+        return Style(Colour.MAGENTA)
+    if base is None or logp is None:
+        return Style(Colour.WHITE, logp is None)
+    d = logp - base
+    x = interval / 6
+    if d > 3 * x:
+        return Style(Colour.GREEN, True)
+    if d > x:
+        return Style(Colour.GREEN)
+    if d > -x:
+        return Style(Colour.YELLOW)
+    if d > -3 * x:
+        return Style(Colour.RED)
+    return Style(Colour.RED, True)
+
+
+def diff_entropy(interval: float) -> Renderer:
+    return lambda d: [(d["target"], entropy_diff_style(
+        d["baseline"].get("logp"), d["log"].get("logp"), interval))]
+
+
+WR_DIFF = {
+    # (correct before reranking, correct under baseline, correct under log)
+    (True, True, False): ("unchanged -> miscorrected", Style(Colour.RED, True)),
+    (False, True, False): ("corrected -> uncorrected", Style(Colour.RED)),
+    (True, False, True): ("miscorrected -> unchanged", Style(Colour.GREEN, True)),
+    (False, False, True): ("uncorrected -> corrected", Style(Colour.GREEN)),
+    (True, False, False): ("miscorrected by both", Style(Colour.BLACK, True)),
+    (False, False, False): ("uncorrected by both", Style(Colour.BLACK, True)),
+    (True, True, True): ("correct with both", Style(Colour.BLACK)),
+    (False, True, True): ("corrected by both", Style(Colour.BLACK)),
+}
+
+
+def wr_diff_case(datum: Datum, base_model: pretty.ScoreModel, model: pretty.ScoreModel) -> tuple[bool, ...]:
+    target = datum["target"]
+    return (pretty.is_correct(target, datum["baseline"]["results"], pretty.error_only),
+            pretty.is_correct(target, datum["baseline"]["results"], base_model),
+            pretty.is_correct(target, datum["log"]["results"], model))
+
+
+def diff_reranking(base_model: pretty.ScoreModel, model: pretty.ScoreModel) -> Renderer:
+    return lambda d: [(d["target"], WR_DIFF[wr_diff_case(d, base_model, model)][1])]
+
+
+def _unzip(zipped: Sequence[Datum], name: str) -> list[Datum]:
+    return [{**{k: d[k] for k in COMMON_KEYS}, "select": d["select"], **d[name]} for d in zipped]
+
+
+def make_diff_renderer(game: str | None, zipped: Sequence[Datum], interval: float
+                       ) -> tuple[Renderer, tuple[pretty.ScoreModel, pretty.ScoreModel] | None]:
+    """The diff renderer of ``game`` (and, for ``wr``, the two fitted models)."""
+    if game == "wc":
+        return diff_completion, None
+    if game == "we":
+        return diff_entropy(interval), None
+    if game == "wr":
+        models = (pretty.fit_reranking(_unzip(zipped, "baseline")), pretty.fit_reranking(_unzip(zipped, "log")))
+        return diff_reranking(*models), models
+    return (lambda d: [(d["target"], pretty.DEFAULT)]), None
+
+
+def _load(log: Iterable[Datum] | str) -> list[Datum]:
+    return pretty.as_data(log)
+
+
+def _prepare(baseline: Iterable[Datum] | str, log: Iterable[Datum] | str,
+             challenge: str) -> tuple[list[Datum], str | None]:
+    zipped = zip_logs(_load(baseline), _load(log))
+    if challenge != "auto":
+        return zipped, pretty.GAME_OF_CHALLENGE[challenge]
+    return zipped, (pretty.detect_game(zipped[0]["log"]) if zipped else None)
+
+
+def ansi(baseline: Iterable[Datum] | str, log: Iterable[Datum] | str,
+         entropy_interval: float = 10.0, challenge: str = "auto") -> Iterator[str]:
+    """ANSI-coloured lines, one per message, of how LOG differs from BASELINE.
+
+    Args:
+        baseline, log: datums, or paths of any log form, of the same text.
+        entropy_interval: the ``logp`` difference range of the entropy colours.
+        challenge: ``auto``, ``completion``, ``entropy`` or ``reranking``.
+    Raises:
+        LogMismatchError: the logs are not of the same data (checked before any output).
+    """
+    zipped, game = _prepare(baseline, log, challenge)
+    renderer, _ = make_diff_renderer(game, zipped, entropy_interval)
+    return pretty.render_ansi(zipped, renderer)
+
+
+def _describe_factory(game: str | None, models, float_format: str, interval: float):
+    def both(d: Datum) -> tuple[Datum, Datum]:
+        common = {k: d[k] for k in COMMON_KEYS}
+        common["select"] = d["select"]
+        return {**common, **d["baseline"]}, {**common, **d["log"]}
+
+    def describe(d: Datum) -> tuple[str, Details]:
+        base, new = both(d)
+        rows = pretty.position_rows(d)
+        tables: list[dict[str, Any]] = []
+        if game == "wc":
+            nb = typed_for_diff(d["target"], d["baseline"]["completions"])
+            nl = typed_for_diff(d["target"], d["log"]["completions"])
+            rows += [("typed (baseline)", f"{nb} of {len(d['target'])}"),
+                     ("typed (log)", f"{nl} of {len(d['target'])}")]
+            for name, datum in zip(NAMES, (base, new)):
+                table = pretty.completion_details(datum, float_format).tables[0]
+                table["caption"] = f"{name}: {table['caption']}"
+                tables.append(table)
+            tip = f"{d['target']}: typed {nb} (baseline) vs {nl} (log)"
+        elif game == "we":
+            lb, ll = d["baseline"].get("logp"), d["log"].get("logp")
+            delta = ll - lb if lb is not None and ll is not None else None
+            rows += [("logp (baseline)", pretty.fmt(lb, float_format)),
+                     ("logp (log)", pretty.fmt(ll, float_format)),
+                     ("difference (log - baseline)", pretty.fmt(delta, float_format))]
+            tip = (f"{d['target']}: logp {pretty.fmt(lb, float_format)} -> {pretty.fmt(ll, float_format)}")
+        elif game == "wr":
+            label = WR_DIFF[wr_diff_case(d, *models)][0]
+            rows += [("verbatim (corrupted)", str(d["baseline"].get("verbatim"))),
+                     ("change", label),
+                     ("baseline model", str(models[0])), ("log model", str(models[1]))]
+            for name, datum, model in zip(NAMES, (base, new), models):
+                tables.append(pretty.reranking_table(datum, model, float_format, f"{name}: candidates"))
+            tip = f"{d['target']}: {label}"
+        else:
+            tip = d["target"]
+        return tip, Details(rows=rows, tables=tables)
+    return describe
+
+
+DIFF_LEGENDS = {
+    "wc": lambda i: [("c0", "typed with both"), ("c2 b", "typed with baseline only"),
+                     ("c1 b", "typed with log only"), ("c9", "completed by both")],
+    "we": lambda i: [("c2 b", f"logp gain > {i / 2:g}"), ("c2", f"> {i / 6:g}"),
+                     ("c3", f"within ±{i / 6:g}"), ("c1", f"loss > {i / 6:g}"),
+                     ("c1 b", f"loss > {i / 2:g}"), ("c5", "scored by neither"),
+                     ("c7", "scored by log only"), ("c7 b", "scored by baseline only")],
+    "wr": lambda i: [("c2 b", "miscorrected -> unchanged"), ("c1 b", "unchanged -> miscorrected"),
+                     ("c2", "uncorrected -> corrected"), ("c1", "corrected -> uncorrected"),
+                     ("c0", "no change, right"), ("c0 b", "no change, wrong")],
+}
+
+
+def html(baseline: Iterable[Datum] | str, log: Iterable[Datum] | str,
+         entropy_interval: float = 10.0, float_format: str = ".4g",
+         challenge: str = "auto") -> str:
+    """One self-contained HTML page of how LOG differs from BASELINE (see :func:`ansi`);
+    a clicked token shows both logs' details, the summary both logs' statistics.
+
+    Raises:
+        LogMismatchError: the logs are not of the same data.
+    """
+    zipped, game = _prepare(baseline, log, challenge)
+    renderer, models = make_diff_renderer(game, zipped, entropy_interval)
+    describe = _describe_factory(game, models, float_format, entropy_interval)
+    summary = ({name: pretty.summary_stats(_unzip(zipped, name), float_format) for name in NAMES}
+               if zipped else {})
+    note = f"baseline model: {models[0]}; log model: {models[1]}" if models else ""
+    legend = DIFF_LEGENDS.get(game or "", lambda i: [])(entropy_interval)
+    page = Page(title="LM Challenge diff", legend=legend + [("c4 unsel", "not selected (grep)")],
+                summary=summary, note=note)
+    page.lines = pretty.page_lines(zipped, renderer, describe)
+    return pretty.render_page(page)

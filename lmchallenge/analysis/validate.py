@@ -1,0 +1,85 @@
+"""Checking that logs follow the LM Challenge 5.x log schema (``lmc validate``).
+
+The schema (``lmchallenge/logs/log.schema``, JSON Schema 2020-12) encodes the log format
+(docs/formats.md, "Log"): the common fields ``user``, ``message``,
+``token``, ``character``, ``target`` and optional ``select``, and the game payloads
+``completions`` (wc), ``logp`` (we/ce), ``verbatim`` + ``results`` (wr). It checks the form of
+a log, not its fairness (for example, that a model's probabilities sum to one).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import jsonschema
+
+from lmchallenge.errors import InputError
+from lmchallenge.logs.schema import json_schema
+
+
+def schema() -> dict[str, Any]:
+    """The log schema, as a JSON object (:func:`lmchallenge.logs.schema.json_schema`)."""
+    return json_schema()
+
+
+@functools.cache
+def _validator() -> jsonschema.protocols.Validator:
+    return jsonschema.Draft202012Validator(schema())
+
+
+def _field(error: jsonschema.ValidationError) -> str:
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    return path.lstrip(".") or "(datum)"
+
+
+def problem(datum: Any) -> str | None:
+    """What is wrong with one datum (the field and the schema's complaint, or a number that
+    is not finite), or None."""
+    error = jsonschema.exceptions.best_match(_validator().iter_errors(datum))
+    if error is None:
+        return _non_finite(datum)
+    return f"field {_field(error)}: {error.message}"
+
+
+def _non_finite(value: Any, path: str = "") -> str | None:
+    """``field F: N is not a finite number`` for the first NaN or infinity in ``value``
+    (JSON has no such numbers: ``NaN``/``Infinity`` in a jsonl log, or NaN in a Parquet
+    float column, are read as such), or None."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return None
+        return f"field {path.lstrip('.') or '(datum)'}: {value!r} is not a finite number"
+    if isinstance(value, dict):
+        items: Iterable[tuple[str, Any]] = ((f".{key}", item) for key, item in value.items())
+    elif isinstance(value, (list, tuple)):
+        items = ((f"[{index}]", item) for index, item in enumerate(value))
+    else:
+        return None
+    for step, item in items:
+        found = _non_finite(item, path + step)
+        if found is not None:
+            return found
+    return None
+
+
+def validate(data: Iterable[Any], name: str = "<log>") -> int:
+    """Check every datum of a log against :func:`schema`.
+
+    Args:
+        data: log datums (dicts).
+        name: the log's name, for the error message.
+    Returns:
+        The number of datums checked.
+    Raises:
+        InputError: ``NAME:N: field F: what is wrong`` for the first bad datum (N counts
+            datums from 1: the line number of a jsonlines log without blank lines).
+    """
+    n = 0
+    for n, datum in enumerate(data, start=1):
+        reason = problem(datum)
+        if reason is not None:
+            raise InputError(name, n, reason)
+    return n

@@ -1,0 +1,31 @@
+"""``lmc convert``: a log rewritten in another form (jsonl, jsonl.gz, Parquet)."""
+
+from __future__ import annotations
+
+import click
+
+from lmchallenge.cli.options import partial_option
+from lmchallenge.logs.convert import convert
+from lmchallenge.logs import rundir
+from lmchallenge.logs.files import is_parquet_name
+from lmchallenge.logs.schema import GAMES
+
+@click.command("convert")
+@click.argument("log", default="-", type=click.Path(exists=True, dir_okay=True, allow_dash=True))
+@click.option("-o", "--output", "output", required=True, metavar="OUT",
+              help="Where to write: a .jsonl, .jsonl.gz or .parquet path, or - for "
+                   "jsonlines on standard output.")
+@click.option("-g", "--game", type=click.Choice(GAMES), default=None,
+              help="The log's game (default: detected from the first token); "
+                   "it sets the Parquet columns of an empty log.")
+@click.option("-q", "--quiet", is_flag=True, help="Do not report the number of tokens written.")
+@partial_option
+def cli(log: str, output: str, game: str | None, quiet: bool) -> None:
+    """Convert LOG (jsonl, jsonl.gz, parquet or a run directory; default stdin) to OUT,
+    in the form OUT's name says (.jsonl, .jsonl.gz, .parquet)."""
+    n = convert(log, output, game=game)
+    if not quiet and output != "-":
+        form = "parquet" if is_parquet_name(output) else "jsonlines"
+        partial = (rundir.coverage(log) or {}).get("coverage")
+        note = f"; partial: {partial['partitions_done']} of {partial['partitions']} partitions" if partial else ""
+        click.echo(f"lmc convert: wrote {n} tokens to {output} ({form}{note})", err=True)

@@ -1,0 +1,34 @@
+"""Options of the games that ``lmc run`` and ``lmc-dist run`` share (a module apart from
+:mod:`lmchallenge.cli.options` so that light commands such as ``lmc stats`` do not import the
+games)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import click
+
+from lmchallenge.games.typos import DEFAULT_ERROR_CHARS, DEFAULT_P_ANYKEY
+
+
+def wr_options(function: Callable) -> Callable:
+    """The options of the wr game (``lmc run ... wr`` and ``lmc-dist run ... wr``): its
+    ``VOCAB`` argument, ``--seed``, ``--num-candidates``, ``--error-chars``, ``--p-anykey``."""
+    options = [
+        click.argument("vocab", type=click.Path(exists=True, dir_okay=False)),
+        click.option("-r", "--seed", default=42, show_default=True,
+                     help="Seed of the corruption (with user and message number)."),
+        click.option("-n", "--num-candidates", default=100, show_default=True,
+                     type=click.IntRange(2), help="Most candidates per word."),
+        click.option("--error-chars", default=DEFAULT_ERROR_CHARS, show_default=True,
+                     help="Characters a corrupted character is replaced by."),
+        click.option("-p", "--p-anykey", default=DEFAULT_P_ANYKEY, show_default=True,
+                     type=click.FloatRange(0, 1, min_open=True, max_open=True),
+                     help="Probability that a character is corrupted."),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+__all__ = ["wr_options"]

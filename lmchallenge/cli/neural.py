@@ -1,0 +1,145 @@
+"""The ``lmc-neural`` command: a causal LM (model directory or ``.gguf``) over the line protocol.
+
+Examples::
+
+    lmc run "lmc-neural serve models/SmolLM2-135M-Instruct.Q4_1.gguf" we data/kjv/test.sample.txt
+    lmc run "lmc-neural serve ./my-model --device cuda --batch-size 16" wr vocab.txt data.txt
+
+The server reads what requests have arrived, answers the ``predict`` lines among them in
+batched calls (up to :data:`BATCH_QUERIES` scoring queries, or one completion search, a
+call) (:meth:`lmchallenge.model.neural.adapter.CausalLM.predict_batch`: the queries
+of one line share their forward passes), and writes the answers in one go.  ``train`` and
+``clear`` are read and ignored (the model does not adapt).  A refused query (a ``ce``
+character query) stops the server with the reason on stderr and exit code 2, so the client
+reports it instead of logging empty answers.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import IO
+
+import click
+
+from lmchallenge.corpus import whole_line_blocks
+from lmchallenge.cli.options import run_command
+from lmchallenge.model.wire import format_answer, parse_request
+
+CHUNK = 32  # as lmchallenge.model.neural.adapter.CHUNK (not imported here: it imports torch)
+BATCH_QUERIES = 64
+"""Most scoring queries answered by one ``predict_batch`` call (then written and flushed)."""
+
+
+def serve_batched(model, source: IO[bytes], sink: IO[bytes], errors: IO[str]) -> None:
+    """Answer the protocol on binary streams, one ``predict_batch`` per block of requests.
+
+    Raises:
+        LmcError: a request the model refuses (the block it came in gets no answers).
+    """
+    read = getattr(source, "read1", None) or source.read
+    for block in whole_line_blocks(read):
+        queries = []
+        for raw in block.split(b"\n"):
+            if not raw:
+                continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                errors.write(f"lmc-neural: request is not valid UTF-8 (byte {e.start}): "
+                             f"{raw[:80]!r}\n")
+                if raw.split(b"\t", 1)[0] == b"predict":
+                    queries.append(None)
+                continue
+            command, text, candidates = parse_request(line)
+            if command == "predict":
+                queries.append((text, candidates))
+            elif command not in ("train", "clear"):
+                errors.write(f"lmc-neural: unknown command {command[:80]!r}\n")
+        for group in _groups(queries):
+            valid = [q for q in group if q is not None]
+            answers = iter(model.predict_batch(valid) if valid else [])
+            sink.write("".join(format_answer(next(answers)) if q is not None else "\n"
+                               for q in group).encode("utf-8"))
+            sink.flush()
+
+
+def _groups(queries: list, most: int = BATCH_QUERIES) -> list[list]:
+    """Consecutive queries answered together: up to ``most`` scoring queries, or one
+    completion query (a search of many passes), so answers flow back steadily."""
+    groups: list[list] = []
+    for query in queries:
+        searching = query is not None and query[1] is None
+        if (not groups or searching or len(groups[-1]) >= most
+                or (groups[-1][0] is not None and groups[-1][0][1] is None)):
+            groups.append([query])
+        else:
+            groups[-1].append(query)
+    return groups
+
+
+@click.group()
+def cli() -> None:
+    """Causal transformer language models (Hugging Face directories or GGUF files) for LM
+    Challenge: whole-word probabilities and completions from subword tokens."""
+
+
+@cli.command()
+@click.argument("model", type=click.Path(exists=True))
+@click.option("--device", default="cpu", show_default=True,
+              help="Torch device: cpu, cuda or cuda:N.")
+@click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]),
+              default="auto", show_default=True,
+              help="Weights and activations: auto is float32 on CPU, bfloat16 on CUDA (on a "
+                   "CPU with AVX512-BF16 or AMX, bfloat16 is 2-3x faster).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Sequences per forward pass (every pass has this many rows; answers "
+                   "depend on it only through rounding).")
+@click.option("--chunk", type=click.IntRange(min=1), default=CHUNK, show_default=True,
+              help="Tokens per forward-pass row.")
+@click.option("--top", type=click.IntRange(min=0), default=20, show_default=True,
+              help="Words returned for a query without candidates (wc counts up to 20).")
+@click.option("--max-expansions", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Forward passes the completion search may take per wc query.")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="CPU threads of torch [default: one per core].")
+@click.option("--start-token", default=None,
+              help="The token every text starts with [default: the tokenizer's BOS, else EOS].")
+@click.option("--random-weights", is_flag=True,
+              help="MODEL's architecture and tokenizer with random weights (a directory "
+                   "from `lmc-neural skeleton` will do): for speed measurements only.")
+def serve(model: str, device: str, dtype: str, batch_size: int, chunk: int, top: int,
+          max_expansions: int, threads: int | None, start_token: str | None,
+          random_weights: bool) -> None:
+    """Answer predict/train/clear requests on stdin/stdout (LM Challenge model protocol)."""
+    from lmchallenge.model.neural.adapter import CausalLM
+    lm = CausalLM(model, device=device, dtype=dtype, batch_size=batch_size, chunk=chunk,
+                  top=top, max_expansions=max_expansions, threads=threads,
+                  start_token=start_token, random_weights=random_weights)
+    serve_batched(lm, sys.stdin.buffer, sys.stdout.buffer, sys.stderr)
+
+
+@cli.command()
+@click.argument("model", type=click.Path(exists=True))
+@click.argument("out_dir", type=click.Path(file_okay=False))
+def skeleton(model: str, out_dir: str) -> None:
+    """Write MODEL's configuration and tokenizer, without weights, to OUT_DIR: a few MB that
+    `serve --random-weights OUT_DIR` runs at the real model's speed (for machines the
+    weights cannot travel to)."""
+    from lmchallenge.model.neural.loading import save_skeleton
+    names = save_skeleton(model, out_dir)
+    size = sum(os.path.getsize(os.path.join(out_dir, name)) for name in names)
+    sys.stderr.write(f"lmc-neural: {out_dir}: {', '.join(names)} ({size / 1e6:.1f} MB)\n")
+    # transformers' GGUF reader imports triton, whose bindings print pages of nanobind "leaked"
+    # reports when the interpreter shuts down: the work is done, so end without the shutdown
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of ``lmc-neural`` (see :func:`lmchallenge.cli.options.run_command`)."""
+    run_command(cli, argv, "lmc-neural")
+
+
+if __name__ == "__main__":
+    main()

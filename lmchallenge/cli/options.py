@@ -1,0 +1,182 @@
+"""What the commands of ``lmc``, ``lmc-ngram``, ``lmc-neural`` and ``lmc-dist`` share: option
+types, verbosity, and the one way a command's errors reach the user
+(:func:`run_command`)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+
+from lmchallenge.errors import LmcError
+from lmchallenge.logs.rundir import reading_partial
+from lmchallenge.tuning import freeze_heap
+
+
+def set_verbosity(level: int) -> None:
+    """Log to stderr: warnings (0), info (1) or debug (2+).
+
+    Args:
+        level: the count of ``-v`` flags (non-negative).
+    """
+    levels = [logging.WARNING, logging.INFO, logging.DEBUG]
+    logging.basicConfig(format="%(levelname)s\t%(message)s", level=levels[min(level, 2)])
+
+
+class JsonOption(click.ParamType):
+    """A JSON value, or the path of a file holding one."""
+
+    name = "json"
+
+    def convert(self, value: Any, param, ctx) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            if os.path.isfile(value):
+                with open(value, encoding="utf-8") as f:
+                    return json.load(f)
+            return json.loads(value)
+        except ValueError as e:
+            self.fail(f"not JSON: {e}", param, ctx)
+
+    def get_metavar(self, param, ctx=None) -> str:
+        return "JSON"
+
+
+def positive(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """A click callback accepting only numbers > 0."""
+    if not value > 0:
+        raise click.BadParameter("must be positive")
+    return value
+
+
+def page_options(shown_as: str, interval_help: str) -> Callable[[Callable], Callable]:
+    """The options of the commands that show logs token by token (``lmc pretty``, ``lmc
+    diff``): ``-v``, ``-c/--challenge``, ``-o ansi|html``, ``-i/--entropy-interval`` and
+    ``-m/--float-format``.
+
+    Args:
+        shown_as: the end of ``--challenge``'s help ("Which game to ..."), e.g. "show the log
+            as (auto: from its first token)".
+        interval_help: the help of ``--entropy-interval``.
+    """
+    from lmchallenge.analysis.pretty import CHALLENGES
+
+    options = [
+        click.option("-v", "--verbose", default=0, count=True,
+                     help="How much human-readable detail to print to STDERR."),
+        click.option("-c", "--challenge", type=click.Choice(CHALLENGES), default="auto",
+                     show_default=True, help=f"Which game to {shown_as}."),
+        click.option("-o", "--output", type=click.Choice(["ansi", "html"]), default="ansi",
+                     show_default=True,
+                     help="ANSI colour text, or one self-contained HTML page (works offline)."),
+        click.option("-i", "--entropy_interval", "--entropy-interval", "entropy_interval",
+                     default=10.0, show_default=True, callback=positive, help=interval_help),
+        click.option("-m", "--float-format", default=".4g", show_default=True,
+                     help="Python format of the numbers shown on the HTML page."),
+    ]
+
+    def decorate(function: Callable) -> Callable:
+        for option in reversed(options):
+            function = option(function)
+        return function
+
+    return decorate
+
+
+def partial_option(command: Callable) -> Callable:
+    """The ``--partial`` option of every command that reads logs: an unfinished ``lmc-dist``
+    run dir is read as its finished partitions (:mod:`lmchallenge.logs.rundir`) instead of
+    being refused.  Put it under ``@click.command``; ``command`` does not receive the flag."""
+
+    @functools.wraps(command)
+    def read(*args, partial: bool, **kwargs):
+        with reading_partial(partial):
+            return command(*args, **kwargs)
+
+    return click.option(
+        "--partial", is_flag=True,
+        help="Read an unfinished lmc-dist run dir's finished partitions (statistics say "
+             "\"partial\": true and the coverage) instead of refusing it.")(read)
+
+
+def single_log(logs: Sequence[str]) -> str:
+    """The one log path of a ``[LOG]...`` argument (``-`` when none is given).
+
+    Raises:
+        click.UsageError: more than one log was given.
+    """
+    if len(logs) > 1:
+        raise click.UsageError("give at most one log (or none to read standard input)")
+    return logs[0] if logs else "-"
+
+
+def run_command(command: click.Command, argv: list[str] | None, prog: str,
+                interrupted: str = "interrupted") -> None:
+    """Run a click command as a program: an :class:`LmcError` (a user's mistake, a failing
+    model) becomes ``PROG: error: MESSAGE`` on stderr and exit code 2, never a traceback, and
+    so does an ``OSError`` naming a file (an output that cannot be written:
+    ``PROG: error: FILE: REASON``); Ctrl-C prints ``PROG: INTERRUPTED`` and exits 130; a
+    closed stdout pipe (``| head``) ends quietly with exit code 141 (as a process killed by
+    SIGPIPE).  The process is expected to exit when this returns: the garbage collector's
+    objects are frozen first (:func:`lmchallenge.tuning.freeze_heap`), so the collections at
+    exit do not traverse them again.
+
+    Args:
+        command: the click group or command.
+        argv: the arguments (None: ``sys.argv[1:]``).
+        prog: the program name, for messages.
+        interrupted: what Ctrl-C prints after ``PROG:``.
+    """
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        # not command.main(): it turns a closed pipe into exit code 1
+        with command.make_context(prog, args) as ctx:
+            command.invoke(ctx)
+        if not sys.stdout.closed:
+            sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        freeze_heap()
+    except click.exceptions.Exit as e:
+        if e.exit_code:
+            sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except LmcError as e:
+        _fail(prog, str(e))
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        sys.stderr.write(f"{prog}: {interrupted}\n")
+        sys.exit(130)
+    except BrokenPipeError:
+        _quiet_stdout()
+        sys.exit(141)
+    except OSError as e:
+        if e.filename is None:
+            raise
+        _fail(prog, f"{e.filename}: {e.strerror or e}")
+
+
+def _fail(prog: str, message: str) -> None:
+    sys.stderr.write(f"{prog}: error: {message}\n")
+    sys.exit(2)
+
+
+def _quiet_stdout() -> None:
+    """Point standard output at /dev/null, so that flushing it at exit (after its reader has
+    gone) raises nothing."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(devnull)
+
+
+__all__ = ["set_verbosity", "JsonOption", "positive", "page_options", "partial_option", "single_log", "run_command"]

@@ -1,0 +1,50 @@
+"""``lmc stats``: summary statistics of logs, one row per log."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from lmchallenge.cli.options import partial_option, set_verbosity
+from lmchallenge.cli.uncertainty import stats_options, uncertain_rows, wanted
+from lmchallenge.logs import rundir
+from lmchallenge.stats.compute import state_of_log
+from lmchallenge.stats.output import OUTPUTS
+from lmchallenge.tuning import keep_freed_memory
+
+
+@click.command("stats", epilog="""\b
+Units: entropy.mean is the cross-entropy in nats (natural log) per scored
+token (bits: divide by ln 2 = 0.693; perplexity: exp of it); entropy.hit the
+fraction of tokens scored; prediction.hitN is Hit@N and prediction.mrr the mean
+reciprocal rank of the next-word predictions; completion.characters the
+keystroke savings (fraction of characters); reranking.accuracy is Hit@1 after
+reranking (LM Challenge 5.x's fit), reranking.base_accuracy Hit@1 of the error
+model alone, reranking.accuracy_at_least_base Hit@1 of a fit never below it.
+--no-human: raw counts and sums (entropy.sum of -logp in nats).
+-o text lists them with their units.""")
+@click.argument("log", nargs=-1)
+@click.option("-v", "--verbose", count=True, help="More detail on stderr.")
+@click.option("-n", "--lines", type=click.IntRange(0), help="Only the first N datums of each log.")
+@click.option("-o", "--output", type=click.Choice(sorted(OUTPUTS)), default="json",
+              show_default=True,
+              help="Output format: one JSON object per log, CSV (the union of the logs'"
+                   " columns), or text with units.")
+@click.option("-h/-H", "--human/--no-human", default=True,
+              help="Ratios (default) or raw sums.")
+@stats_options
+@partial_option
+def cli(log: tuple[str, ...], verbose: int, lines: int | None, output: str, human: bool,
+        **uncertainty: Any) -> None:
+    """Summary statistics of one or more logs (.jsonl, .jsonl.gz, .parquet, an lmc-dist run
+    directory, or - / nothing for stdin), one row per log."""
+    set_verbosity(verbose)
+    keep_freed_memory()
+    if wanted(uncertainty):
+        sys.stdout.write(uncertain_rows(log or ("-",), lines, output, human, **uncertainty))
+        return
+    rows = [dict(log=path, **state_of_log(path, lines).result(human=human),
+                 **(rundir.coverage(path) or {})) for path in log or ("-",)]
+    sys.stdout.write(OUTPUTS[output](rows))

@@ -1,0 +1,23 @@
+"""``lmc validate``: check logs against the LM Challenge log schema."""
+
+from __future__ import annotations
+
+import click
+
+from lmchallenge.analysis.validate import validate
+from lmchallenge.cli.options import partial_option, set_verbosity
+from lmchallenge.logs.io import read_log
+
+@click.command("validate")
+@click.argument("log", nargs=-1)
+@click.option("-v", "--verbose", count=True, help="More detail on stderr.")
+@partial_option
+def cli(log: tuple[str, ...], verbose: int) -> None:
+    """Check that each LOG (.jsonl, .jsonl.gz, .parquet, a run directory; default stdin)
+    follows the LM Challenge log schema; the first bad datum is reported as FILE:LINE with
+    the field, and the exit code is 2."""
+    set_verbosity(verbose)
+    for path in log or ("-",):
+        n = validate(read_log(path), path)
+        if verbose:
+            click.echo(f"{path}: {n} datums valid", err=True)

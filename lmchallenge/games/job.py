@@ -1,0 +1,78 @@
+"""One evaluation in one process (``lmc run``): a game over a corpus with a model, writing the
+log."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from lmchallenge.corpus import Message, read_corpus
+from lmchallenge.games.runner import run_game
+from lmchallenge.games.spec import GameSpec
+from lmchallenge.logs.files import check_writable
+from lmchallenge.logs.io import write_log
+from lmchallenge.logs.jsonl import write_jsonlines
+from lmchallenge.model.spec import PredictorSpec, close_model
+from lmchallenge.progress import TokenProgress
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunJob:
+    """Everything one ``lmc run`` needs.
+
+    Attributes:
+        predictor: how to start the model.
+        game: the game and its options.
+        corpus: corpus path or ``-``.
+        corpus_format: ``auto``, ``text`` or ``json``.
+        train: train the model on each message after evaluating it.
+        output: log destination (``-`` = stdout).
+    """
+
+    predictor: PredictorSpec
+    game: GameSpec
+    corpus: str = "-"
+    corpus_format: str = "auto"
+    train: bool = False
+    output: str = "-"
+
+
+def validated_messages(path: str, fmt: str) -> tuple[int, Iterator[Message] | list[Message]]:
+    """Check the whole corpus before the model starts (so bad input costs no model time and
+    leaves no half-written output); returns the message count and a fresh message source."""
+    if path == "-":
+        messages = list(read_corpus(path, fmt))
+        return len(messages), messages
+    count = sum(1 for _ in read_corpus(path, fmt))
+    return count, read_corpus(path, fmt)
+
+
+def execute(job: RunJob) -> int:
+    """Run ``job``; returns the number of log datums written.
+
+    Raises:
+        InputError: bad corpus or vocabulary, or an output that cannot be written (nothing
+            is written).
+        ModelError: the model failed (a file output is not created).
+    """
+    check_writable(job.output)
+    total, messages = validated_messages(job.corpus, job.corpus_format)
+    game = job.game.build()
+    progress = TokenProgress(total)
+    model = job.predictor.create(echo_stderr=LOG.isEnabledFor(logging.INFO))
+    try:
+        log = progress.tokens_of(run_game(game, model, progress.messages_of(messages),
+                                          train=job.train))
+        if job.output == "-":
+            n = write_jsonlines(log, sys.stdout)
+        else:
+            n = write_log(log, job.output, game=job.game.name)
+    finally:
+        progress.close()
+        close_model(model)
+    LOG.info("wrote %d log lines", n)
+    return n

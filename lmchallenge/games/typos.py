@@ -1,0 +1,82 @@
+"""The typing error model of the word reranking game (``wr``); its candidate search is
+:mod:`lmchallenge.search`.
+
+The corruption is LM Challenge 5.x's "sloppy typist": each character of a word is, with
+probability ``p_anykey``, replaced by a character drawn uniformly from ``error_chars``
+(docs/statistics.md, "wr").  The error score of a
+candidate word ``w`` for a corrupted word ``v`` of the same length is the log-probability
+(natural log) of that many kept and replaced characters::
+
+    score(v, w) = k * log(1 - p_anykey) + (len(w) - k) * log(p_anykey),  k = #{i: v[i] == w[i]}
+
+Randomness is seeded per message from ``(seed, user, message)`` with a stable hash
+(docs/architecture.md, invariant 2), so a message is corrupted the same way whatever process or
+partition evaluates it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import string
+from dataclasses import dataclass
+
+DEFAULT_ERROR_CHARS = string.ascii_letters + "_-#@"
+DEFAULT_P_ANYKEY = 0.1
+
+
+@dataclass(frozen=True)
+class ErrorModel:
+    """Character substitution errors.
+
+    Attributes:
+        p_anykey: probability that a character is replaced (0 < p < 1).
+        error_chars: the characters a replacement is drawn from.
+    """
+
+    p_anykey: float = DEFAULT_P_ANYKEY
+    error_chars: str = DEFAULT_ERROR_CHARS
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.p_anykey < 1.0:
+            raise ValueError(f"p_anykey must be in (0, 1), got {self.p_anykey}")
+        if not self.error_chars:
+            raise ValueError("error_chars must not be empty")
+
+    def corrupt(self, word: str, rng: random.Random) -> str:
+        """``word`` as typed by the sloppy typist, drawing from ``rng``."""
+        p = self.p_anykey
+        chars = self.error_chars
+        return "".join(rng.choice(chars) if rng.random() < p else ch for ch in word)
+
+    def score(self, typed: str, word: str) -> float:
+        """Log-probability (nats) that ``word`` was typed as ``typed`` (same length)."""
+        kept = sum(a == b for a, b in zip(typed, word))
+        return kept * math.log1p(-self.p_anykey) + (len(word) - kept) * math.log(self.p_anykey)
+
+
+def message_rng(seed: int, user: str | int | None, message: int) -> random.Random:
+    """The random stream of one message: seeded by SHA-256 of ``(seed, user, message)``
+    (the user ``1`` and the user ``"1"`` get different streams).
+
+    Independent of process, partition and ``PYTHONHASHSEED``.
+    """
+    name = "" if user is None else f"u:{user}" if isinstance(user, str) else f"i:{user}"
+    key = f"{seed}\x1f{name}\x1f{message}".encode("utf-8")
+    return random.Random(int.from_bytes(hashlib.sha256(key).digest()[:16], "big"))
+
+
+def read_vocabulary(path: str) -> list[str]:
+    """Read a word list (one word per line, UTF-8, ``.gz`` ok), in file order.
+
+    Raises:
+        InputError: the file cannot be read or is not UTF-8.
+    """
+    from lmchallenge.corpus import decode_lines, open_binary
+    from lmchallenge.errors import InputError
+    try:
+        with open_binary(path) as stream:
+            return [text for _, text in decode_lines(stream, path) if text]
+    except FileNotFoundError:
+        raise InputError(path, None, "no such file") from None

@@ -1,0 +1,185 @@
+"""``lmc convert``: rewrite a log in another form (jsonl, jsonl.gz, Parquet).
+
+The forms are those of :mod:`lmchallenge.log`: the output form follows the output
+name (``.jsonl``, ``.jsonl.gz``/``.gz``, ``.parquet``, ``-`` for jsonlines on
+stdout); the input may be any form ``read_log`` reads, a run directory included.
+Datums stream from reader to writer (the Parquet writer batches rows), so a large
+reference log becomes a ``pandas.read_parquet``-able file without being held in memory.
+A run directory whose partitions are all in a form the output can take as they are is
+joined as files (:func:`join_logs`), without reading a datum.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import itertools
+import os
+import shutil
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+
+from lmchallenge.logs.files import atomic_path, is_gzip_name, is_parquet_name, run_dir_parts
+
+from lmchallenge.logs.io import read_log, write_log
+from lmchallenge.logs.schema import Datum, detect_game
+
+def _peek(data: Iterable[Datum]) -> tuple[Datum | None, Iterator[Datum]]:
+    iterator = iter(data)
+    first = next(iterator, None)
+    if first is None:
+        return None, iter(())
+    return first, itertools.chain([first], iterator)
+
+
+def convert(source: str, destination: str, game: str | None = None) -> int:
+    """Copy the log at ``source`` to ``destination``, in the form its name says.
+
+    Args:
+        source: a log path of any form (or ``-`` for jsonlines on stdin).
+        destination: output path (``.jsonl``, ``.jsonl.gz``, ``.parquet``) or ``-``.
+        game: ``wc``/``we``/``ce``/``wr``; when None it is taken from the first datum
+            (it fixes the Parquet schema).
+    Returns:
+        The number of datums written.
+    Raises:
+        lmchallenge.exceptions.InputError: the source is missing or not a readable log.
+    """
+    if destination != "-" and source != "-" and os.path.isdir(source):
+        parts = [str(p) for p in run_dir_parts(source)]
+        if all(joins_as_is(part, destination) for part in parts):   # no datum to read
+            return join_logs(parts, destination, game)
+    first, data = _peek(read_log(source))
+    if game is None and first is not None:
+        game = detect_game(first)
+    return write_log(data, destination, game=game)
+
+
+# --- joining log files ------------------------------------------------------------------------
+
+def log_form(path: str) -> str:
+    """The form a log's name says, as :func:`lmchallenge.log.write_log` reads it:
+    ``.parquet``, ``.jsonl.gz`` (any ``.gz``) or ``.jsonl`` (anything else)."""
+    if is_parquet_name(path):
+        return ".parquet"
+    return ".jsonl.gz" if is_gzip_name(path) else ".jsonl"
+
+
+def joins_as_is(source: str, destination: str) -> bool:
+    """Whether :func:`join_logs` copies the log file ``source`` into ``destination`` without
+    reading its datums (a plain or gzipped jsonl into jsonl, gzip into gzip, Parquet into
+    Parquet)."""
+    form = log_form(destination)
+    if form == ".jsonl":
+        return log_form(source) in (".jsonl", ".jsonl.gz")
+    return log_form(source) == form
+
+
+CONVERTED_PREFIX = ".out-"
+"""Name prefix of the copies :func:`join_logs` converts (their temporary files, being
+written, have one more dot in front)."""
+
+
+def convert_file(source: str, destination: str, game: str | None) -> None:
+    """Write the log file ``source`` again as ``destination``, in the form its name says."""
+    write_log(read_log(source), destination, game=game)
+
+
+def convert_each(pairs: Sequence[tuple[str, str]], game: str | None) -> None:
+    """Convert every ``(source, destination)`` log file pair, one after the other."""
+    for source, destination in pairs:
+        convert_file(source, destination, game)
+
+
+def join_logs(sources: Sequence[str], destination: str, game: str | None = None,
+              convert: Callable[[Sequence[tuple[str, str]], str | None], None] = convert_each
+              ) -> int:
+    """Concatenate the log files ``sources`` (in order) into the file ``destination``, in the
+    form its name says, atomically, joining files rather than datums where it can.
+
+    jsonl sources are copied into a plain jsonl destination (``.jsonl.gz`` ones
+    decompressed), ``.jsonl.gz`` sources as they are into a ``.gz`` one (gzip members one
+    after the other, RFC 1952, 2.2), Parquet sources table by table into a ``.parquet`` one
+    (row groups of :data:`lmchallenge.parquet.ROW_GROUP_ROWS` rows).  Sources of another
+    form (:func:`joins_as_is`) are first
+    converted to the destination's form by ``convert`` (``lmc-dist`` passes one that runs on
+    its workers) into ``.out-NNNNN.*`` files (:data:`CONVERTED_PREFIX`) beside them, which
+    are deleted afterwards.
+
+    Args:
+        sources: ``.jsonl``, ``.jsonl.gz`` or ``.parquet`` log files.
+        destination: the output file (not ``-``).
+        game: ``wc``/``we``/``ce``/``wr``: the Parquet schema of conversions and of an
+            empty log.
+        convert: called once with the ``(source, destination)`` pairs to convert, and ``game``.
+    Returns:
+        The number of datums (rows) written.
+    """
+    form = log_form(destination)
+    if not sources:
+        return write_log([], destination, game=game)
+    files = list(sources)
+    converted = {i: os.path.join(os.path.dirname(os.path.abspath(source)), f"{CONVERTED_PREFIX}{i:05d}{form}")
+                 for i, source in enumerate(files) if not joins_as_is(source, destination)}
+    try:
+        if converted:
+            convert([(files[i], copy) for i, copy in converted.items()], game)
+        for i, copy in converted.items():
+            files[i] = copy
+        with atomic_path(destination) as tmp:
+            if form == ".parquet":
+                return _join_parquet(files, tmp)
+            return _join_bytes(files, tmp, decompress=form == ".jsonl")
+    finally:
+        for copy in converted.values():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(copy)
+
+
+def _join_bytes(sources: Sequence[str], destination: str, decompress: bool) -> int:
+    """Copy ``sources`` one after the other (``.gz`` ones decompressed if ``decompress``,
+    else as they are); returns the number of lines."""
+    with open(destination, "wb") as out:
+        return sum(_append(source, out, decompress) for source in sources)
+
+
+def _append(source: str, out, decompress: bool) -> int:
+    if is_gzip_name(source) and not decompress:
+        with open(source, "rb") as raw:
+            shutil.copyfileobj(raw, out, 1 << 20)
+        with gzip.open(source, "rb") as part:    # its lines, counted apart
+            return sum(block.count(b"\n") for block in iter(lambda: part.read(1 << 20), b""))
+    lines = 0
+    with (gzip.open if is_gzip_name(source) else open)(source, "rb") as part:
+        for block in iter(lambda: part.read(1 << 20), b""):
+            out.write(block)
+            lines += block.count(b"\n")
+    return lines
+
+
+def _join_parquet(sources: Sequence[str], destination: str) -> int:
+    """Copy the Parquet files ``sources`` table by table into one, in row groups of
+    ``ROW_GROUP_ROWS``; returns the number of rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from lmchallenge.logs.parquet import ROW_GROUP_ROWS
+
+    schema = pq.read_schema(sources[0])
+    total = 0
+    with pq.ParquetWriter(destination, schema) as writer:
+        pending: list[pa.Table] = []
+        rows = 0
+        for source in sources:
+            table = pq.read_table(source, schema=schema)
+            pending.append(table)
+            rows += table.num_rows
+            total += table.num_rows
+            if rows >= ROW_GROUP_ROWS:
+                whole = pa.concat_tables(pending)
+                cut = rows - rows % ROW_GROUP_ROWS
+                writer.write_table(whole.slice(0, cut), row_group_size=ROW_GROUP_ROWS)
+                pending, rows = [whole.slice(cut)], rows - cut
+        if rows:
+            writer.write_table(pa.concat_tables(pending), row_group_size=ROW_GROUP_ROWS)
+    return total

@@ -1,0 +1,144 @@
+"""Log files on disk: which form a path is, opening it, writing it atomically, and the parts of
+an ``lmc-dist`` run directory.
+
+The forms (:func:`log_form`):
+
+* ``-``: standard input / standard output (jsonlines);
+* a directory: a run directory of ``lmc-dist`` (``part-NNNNN.parquet`` / ``.jsonl.gz``),
+  read as the concatenation of its partitions in order (docs/formats.md, "Parquet");
+* ``.parquet``/``.pq``: the Parquet layout (:func:`lmchallenge.logs.parquet.schema_for`);
+* ``.jsonl.gz`` / any ``.gz``: gzipped jsonlines;
+* anything else: UTF-8 jsonlines, one JSON object per line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import os
+import sys
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Literal
+
+from lmchallenge.errors import InputError
+from lmchallenge.logs import rundir
+
+LogForm = Literal["stdio", "run_dir", "parquet", "jsonl.gz", "jsonl"]
+
+
+def log_form(path: str) -> LogForm:
+    """The form of the log at ``path``: ``stdio`` (``-``), ``run_dir`` (an existing
+    directory), or by its name ``parquet``, ``jsonl.gz`` or ``jsonl``.  The one place that
+    decides; readers and writers dispatch on it."""
+    if path == "-":
+        return "stdio"
+    if os.path.isdir(path):
+        return "run_dir"
+    return file_form(path)
+
+
+def file_form(path: str) -> Literal["parquet", "jsonl.gz", "jsonl"]:
+    """The form a log file's name says: ``parquet``, ``jsonl.gz`` (any ``.gz``) or ``jsonl``
+    (anything else)."""
+    if is_parquet_name(path):
+        return "parquet"
+    return "jsonl.gz" if is_gzip_name(path) else "jsonl"
+
+
+def is_gzip_name(path: str) -> bool:
+    """True if ``path`` names a gzip file (``.gz`` or ``.gzip``)."""
+    return path.endswith(".gz") or path.endswith(".gzip")
+
+
+def is_parquet_name(path: str) -> bool:
+    """True if ``path`` names a Parquet file."""
+    return path.endswith(".parquet") or path.endswith(".pq")
+
+
+def open_text(path: str, mode: str = "rt") -> contextlib.AbstractContextManager[IO[str]]:
+    """Open ``path`` as UTF-8 text, gunzipping ``.gz``; ``-`` is stdin/stdout (left open).
+
+    Args:
+        path: a file path, or ``-``.
+        mode: ``"rt"`` or ``"wt"``.
+    Returns:
+        A context manager giving a text stream.
+    """
+    if path == "-":
+        stream = sys.stdin if "r" in mode else sys.stdout
+        if "r" in mode:
+            stream = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="strict",
+                                      newline="\n") if hasattr(sys.stdin, "buffer") else sys.stdin
+        return contextlib.nullcontext(stream)
+    if is_gzip_name(path):
+        return gzip.open(path, mode, encoding="utf-8", newline="\n" if "r" in mode else None)
+    return open(path, mode, encoding="utf-8", newline="\n" if "r" in mode else None)
+
+
+def run_dir_parts(path: str) -> list[Path]:
+    """The partition files of an ``lmc-dist`` run directory, in partition order
+    (:func:`lmchallenge.logs.rundir.parts`: an unfinished run is refused unless read
+    partially).
+
+    Raises:
+        InputError: the directory holds no partition files, or its run has not finished
+            (:class:`lmchallenge.logs.rundir.UnfinishedRun`).
+    """
+    return rundir.parts(path)
+
+
+@contextlib.contextmanager
+def read_errors(path: str) -> Iterator[None]:
+    """A context turning the errors of reading ``path`` (missing file, I/O, gzip, UTF-8)
+    into :class:`InputError` naming it."""
+    try:
+        yield
+    except UnicodeDecodeError as e:
+        raise InputError(path, None, f"not UTF-8: {e.reason} at byte {e.start}") from None
+    except FileNotFoundError:
+        raise InputError(path, None, "no such file") from None
+    except (OSError, EOFError, zlib.error) as e:
+        raise InputError(path, None, f"cannot read: {e}") from None
+
+
+def check_writable(path: str) -> None:
+    """Check that a file can be created at ``path`` (its folder made if missing), before any
+    work is done for it; nothing is left behind.
+
+    Raises:
+        InputError: naming ``path`` and why it cannot be written.
+    """
+    if path == "-":
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    probe = os.path.join(directory, f".{os.path.basename(path)}.probe-{os.getpid()}")
+    try:
+        if os.path.isdir(path):
+            raise IsADirectoryError(21, "Is a directory")
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except FileExistsError:
+            raise NotADirectoryError(20, "a parent is not a directory") from None
+        with open(probe, "wb"):
+            pass
+        os.unlink(probe)
+    except OSError as e:
+        raise InputError(path, None, f"cannot write: {e.strerror or e}") from None
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[str]:
+    """Yield a temporary path beside ``path``; rename it to ``path`` only on success."""
+    final = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(final))
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".{os.path.basename(final)}.tmp-{os.getpid()}")
+    try:
+        yield tmp
+        os.replace(tmp, final)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

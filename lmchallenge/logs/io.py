@@ -1,0 +1,62 @@
+"""Reading and writing a log in any form (:func:`lmchallenge.logs.files.log_form`), datum by
+datum: the one dispatch on a log's form."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from lmchallenge.logs.files import file_form, log_form, run_dir_parts
+from lmchallenge.logs.jsonl import dump_jsonlines, load_jsonlines
+from lmchallenge.logs.schema import Datum
+
+
+def read_log(path: str) -> Iterator[Datum]:
+    """Read any log form (jsonl, jsonl.gz, parquet, run directory, ``-``) as datum dicts.
+
+    Raises:
+        InputError: the path does not exist or is not a readable log.
+    """
+    form = log_form(path)
+    if form == "run_dir":
+        return _iter_parts(run_dir_parts(path))
+    if form == "parquet":
+        from lmchallenge.logs import parquet  # imports pyarrow: only for Parquet
+        return parquet.iter_parquet(path)
+    return load_jsonlines(path)
+
+
+def _iter_parts(parts: list[Path]) -> Iterator[Datum]:
+    for part in parts:
+        yield from read_log(str(part))
+
+
+def write_log(data: Iterable[Datum], path: str, game: str | None = None,
+              compresslevel: int = 6) -> int:
+    """Write a log to ``path`` in the form its name says (``-``, .jsonl, .jsonl.gz, .parquet).
+
+    Args:
+        data: log datums.
+        path: destination.
+        game: ``wc``/``we``/``ce``/``wr`` when known (fixes the Parquet schema of an empty log).
+        compresslevel: gzip level of a ``.gz`` destination.
+    Returns:
+        The number of datums written.
+    """
+    if path != "-" and file_form(path) == "parquet":
+        from lmchallenge.logs import parquet  # imports pyarrow: only for Parquet
+        return parquet.write_parquet(data, path, game=game)
+    counted = _Counted(data)
+    dump_jsonlines(counted, path, compresslevel=compresslevel)
+    return counted.n
+
+
+class _Counted:
+    def __init__(self, data: Iterable[Datum]):
+        self._data = data
+        self.n = 0
+
+    def __iter__(self) -> Iterator[Datum]:
+        for datum in self._data:
+            self.n += 1
+            yield datum

@@ -1,0 +1,137 @@
+"""Jsonlines logs: one JSON object per line, written with sorted keys as LM Challenge 5.x writes
+them (gzipped for ``.gz`` names)."""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import json.encoder
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from typing import IO
+
+from lmchallenge.errors import InputError, LmcError
+from lmchallenge.logs.files import atomic_path, is_gzip_name, open_text, read_errors
+from lmchallenge.logs.schema import Datum
+
+
+def parse_jsonlines(lines: Iterable[str], path: str, first_line: int = 1) -> Iterator[tuple[int, Datum]]:
+    """``(line number, datum)`` for each non-blank line of a jsonlines log.
+
+    Args:
+        lines: the text lines (with or without their newlines).
+        path: the file name, for errors.
+        first_line: the line number of the first of ``lines`` (1-based).
+    Raises:
+        InputError: naming ``path`` and the line that is not JSON or not a JSON object.
+    """
+    for number, line in enumerate(lines, start=first_line):
+        if not line.strip():
+            continue
+        try:
+            datum = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(path, number, f"invalid JSON: {e.msg} (column {e.colno})") from None
+        if not isinstance(datum, dict):
+            raise InputError(path, number, "a log line must be a JSON object")
+        yield number, datum
+
+
+def _iter_jsonlines(path: str) -> Iterator[Datum]:
+    with read_errors(path), open_text(path) as f:
+        for _, datum in parse_jsonlines(f, path):
+            yield datum
+
+
+def load_jsonlines(filename: str) -> Iterator[Datum]:
+    """Read a jsonlines log (``.gz`` transparently, ``-`` for stdin) lazily, datum by datum.
+
+    Raises:
+        InputError: naming the file and line of invalid JSON or non-UTF-8 bytes.
+    """
+    return _iter_jsonlines(filename)
+
+
+def dump_jsonlines(data: Iterable[Datum], filename: str = "-", compresslevel: int = 6) -> None:
+    """Write ``data`` as jsonlines (sorted keys, as LM Challenge 5.x) to ``filename``.
+
+    ``.gz`` names are gzipped (at ``compresslevel``); ``-`` is stdout.  A file is written
+    to a temporary name next to it and renamed when complete, so a failed run leaves no
+    partial log.
+    """
+    if filename == "-":
+        write_jsonlines(data, sys.stdout)
+        return
+    with atomic_path(filename) as tmp:
+        if is_gzip_name(filename):
+            with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=compresslevel) as f:
+                write_jsonlines(data, f)
+        else:
+            with open(tmp, "w", encoding="utf-8") as f:
+                write_jsonlines(data, f)
+
+
+def _datum_encoder() -> Callable[[Datum], str]:
+    """``json.dumps(datum, sort_keys=True)`` as a function made once.
+
+    ``json.dumps`` builds a new C encoder for every call (about a third of its time on a
+    log datum); this makes the C encoder of ``json.encoder`` once, with the arguments
+    ``JSONEncoder(sort_keys=True, allow_nan=False)`` gives it, and keeps it only if it writes
+    a sample datum exactly as ``json.dumps`` does (else, e.g. without the C module,
+    ``json.dumps`` it is).  NaN and infinities are refused (``ValueError``): JSON has no
+    such numbers, and a log is JSON.
+    """
+    reference = functools.partial(json.dumps, sort_keys=True, allow_nan=False)
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return reference
+    options = json.JSONEncoder(sort_keys=True)
+    try:
+        encode = make(None, options.default, json.encoder.encode_basestring_ascii, None,
+                      options.key_separator, options.item_separator, True, False, False)
+    except TypeError:  # another Python's private signature
+        return reference
+
+    def dumps(datum: Datum) -> str:
+        return "".join(encode(datum, 0))
+
+    sample = {"user": "\u00e9\U0001f600\"\t", "message": 1, "token": -2, "character": 3,
+              "target": "x", "logp": -1.5e-300, "select": True, "completions": [["a"], []],
+              "results": [["b", -0.25, None]], "verbatim": "y"}
+    return dumps if dumps(sample) == reference(sample) else reference
+
+
+dumps_datum = _datum_encoder()
+"""One log line (without newline) exactly as LM Challenge 5.x writes it:
+``json.dumps(datum, sort_keys=True)``."""
+
+
+class NotJsonError(LmcError, ValueError):
+    """A datum holds a number JSON has no form for (NaN, an infinity)."""
+
+
+def write_jsonlines(data: Iterable[Datum], stream: IO[str]) -> int:
+    """Write ``data`` to an open text stream; returns the number of lines written.
+
+    Raises:
+        NotJsonError: (a ``ValueError``) a datum holds NaN or an infinity (JSON has no such
+            numbers), naming it.
+    """
+    n = 0
+    buffer: list[str] = []
+    for datum in data:
+        try:
+            buffer.append(dumps_datum(datum))
+        except ValueError as e:
+            shown = repr(datum)
+            raise NotJsonError(f"log datum {n + 1} cannot be written as JSON ({e}): "
+                             f"{shown[:300] + '...' if len(shown) > 300 else shown}") from None
+        n += 1
+        if len(buffer) >= 512:
+            stream.write("\n".join(buffer) + "\n")
+            buffer.clear()
+    if buffer:
+        stream.write("\n".join(buffer) + "\n")
+    stream.flush()
+    return n

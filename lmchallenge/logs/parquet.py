@@ -1,0 +1,420 @@
+"""The Parquet form of LM Challenge logs (docs/formats.md, "Parquet").
+
+One row per log datum (token).  Columns, in this order:
+
+=============== ===================================================== ========
+column          type                                                  null?
+=============== ===================================================== ========
+``user``        string (an integer user: its decimal text)            yes
+``message``     int64 (message index within the user's group)        no
+``token``       int64 (token index within the message)               no
+``character``   int64 (code-point offset of the token in the message) no
+``target``      string                                                no
+``select``      bool (null: the datum had no ``select`` key)          yes
+=============== ===================================================== ========
+
+followed by the payload of the game:
+
+* ``wc``: ``completions`` list<list<string>> (per typed prefix, the model's
+  completions, best first);
+* ``we`` / ``ce``: ``logp`` float64 (natural-log probability; null = not scored);
+* ``wr``: ``verbatim`` string (the corrupted token) and ``results``
+  list<struct<candidate string, error float64, lm float64>> (``lm`` null when
+  the model did not score the candidate).
+
+A JSON datum ``{"results": [[c, e, lm], ...]}`` becomes a list of structs and
+reads back as the same list of 3-element lists.  Files are written in row
+groups of a bounded number of rows and read back batch by batch, so neither
+direction holds a whole log in memory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lmchallenge.errors import InputError, LmcError
+from lmchallenge.logs.files import atomic_path, is_parquet_name, run_dir_parts
+from lmchallenge.logs.schema import (COMMON_COLUMNS, GAMES, OPTIONAL_COLUMNS, PAYLOAD_COLUMNS, Datum,
+                                      detect_game)
+
+
+ROW_GROUP_ROWS = 65536
+"""Rows per Parquet row group written (and per batch read) by default."""
+
+RESULT_TYPE = pa.struct([
+    pa.field("candidate", pa.string()),
+    pa.field("error", pa.float64()),
+    pa.field("lm", pa.float64()),
+])
+"""The element type of the ``wr`` ``results`` column."""
+
+_ARROW_TYPES: dict[str, tuple[pa.DataType, bool]] = {
+    "user": (pa.string(), True),
+    "message": (pa.int64(), False),
+    "token": (pa.int64(), False),
+    "character": (pa.int64(), False),
+    "target": (pa.string(), False),
+    "select": (pa.bool_(), True),
+    "completions": (pa.list_(pa.list_(pa.string())), False),
+    "logp": (pa.float64(), True),
+    "verbatim": (pa.string(), False),
+    "results": (pa.list_(RESULT_TYPE), False),
+}
+"""The Arrow type of every log column (:mod:`lmchallenge.logs.schema` names them), and whether
+it may be null (``user`` of plain text, ``logp`` of a token the model did not score)."""
+
+
+def log_column_type(name: str) -> pa.DataType:
+    """The Arrow type of the log column ``name`` (KeyError for another name)."""
+    return _ARROW_TYPES[name][0]
+
+
+def _field(name: str) -> pa.Field:
+    kind, nullable = _ARROW_TYPES[name]
+    return pa.field(name, kind, nullable=nullable)
+
+
+_COMMON_FIELDS = tuple(_field(name) for name in COMMON_COLUMNS + OPTIONAL_COLUMNS)
+
+_PAYLOAD_FIELDS: dict[str | None, tuple[pa.Field, ...]] = {
+    None: (), **{game: tuple(map(_field, names)) for game, names in PAYLOAD_COLUMNS.items()}}
+
+_OPTIONAL_KEYS = frozenset(OPTIONAL_COLUMNS)
+
+
+# --- schema ---------------------------------------------------------------------------
+
+def schema_for(game: str | None) -> pa.Schema:
+    """The Arrow schema of a Parquet log of ``game`` (docs/formats.md, "Parquet").
+
+    Args:
+        game: ``wc``, ``we``, ``ce`` (same columns as ``we``) or ``wr``; None gives
+            the six common columns only (a log without payload).
+    Returns:
+        The schema: ``user``, ``message``, ``token``, ``character``, ``target``,
+        ``select``, then the game's payload columns.
+    Raises:
+        LmcError: ``game`` is not one of the above.
+    """
+    if game not in _PAYLOAD_FIELDS:
+        raise LmcError(f"unknown game {game!r}: expected one of {', '.join(GAMES)}")
+    return pa.schema(list(_COMMON_FIELDS) + list(_PAYLOAD_FIELDS[game]))
+
+
+def _datum_keys(schema: pa.Schema) -> frozenset[str]:
+    """The keys every datum of ``schema`` must have (``select`` is optional)."""
+    return frozenset(schema.names) - _OPTIONAL_KEYS
+
+
+# --- writing --------------------------------------------------------------------------
+
+def write_parquet(data: Iterable[Datum], path: str, game: str | None = None, *,
+                  row_group_rows: int = ROW_GROUP_ROWS) -> int:
+    """Write log datums to one Parquet file, atomically, in bounded row groups.
+
+    The layout is that of docs/formats.md, "Parquet" (see :func:`schema_for`).
+    Datums are consumed lazily and converted to Arrow :data:`CONVERT_ROWS` at a time: at
+    most that many are held as Python objects, a row group's worth as Arrow columns.
+    The file is written under a temporary name beside ``path`` and renamed when
+    complete: if ``data`` raises, or a datum is rejected, neither ``path`` nor the
+    temporary file is left behind (an existing ``path`` is left untouched).
+
+    Args:
+        data: LM Challenge 5.x log datums: ``user`` (str or None), ``message``,
+            ``token``, ``character`` (int), ``target`` (str), optional ``select``
+            (bool), and the payload of one game (``completions``; ``logp``;
+            ``verbatim`` + ``results``).
+        path: the output file.
+        game: ``wc``/``we``/``ce``/``wr``; None to detect it from the first datum
+            (:func:`lmchallenge.logs.schema.detect_game`).  It fixes the columns, so an
+            empty log with a known game still gets the full schema.
+        row_group_rows: rows per row group (positive).
+    Returns:
+        The number of datums (rows) written.
+    Raises:
+        InputError: a datum's keys (``select`` aside) differ from the game's columns,
+            e.g. a log mixing games, or a value does not fit its column's type.
+        LmcError: ``game`` is unknown.
+        ValueError: ``row_group_rows`` is not positive.
+    """
+    if row_group_rows < 1:
+        raise ValueError(f"row_group_rows must be positive, not {row_group_rows}")
+    iterator = iter(data)
+    first = next(iterator, None)
+    if game is None and first is not None:
+        game = detect_game(first)
+    schema = schema_for(game)
+    rows = 0
+    with atomic_path(path) as tmp:
+        with pq.ParquetWriter(tmp, schema) as writer:
+            group: list[pa.RecordBatch] = []
+            batches = _record_batches(first, iterator, schema, path, row_group_rows) \
+                if first is not None else iter(())
+            for batch, ends_group in batches:
+                group.append(batch)
+                rows += batch.num_rows
+                if ends_group:
+                    writer.write_table(pa.Table.from_batches(group, schema=schema),
+                                       row_group_size=row_group_rows)
+                    group = []
+            if group:
+                writer.write_table(pa.Table.from_batches(group, schema=schema),
+                                   row_group_size=row_group_rows)
+    return rows
+
+
+CONVERT_ROWS = 512
+"""Datums converted to Arrow at a time by :func:`write_parquet`.  Datums held longer survive
+into the garbage collector's oldest generation and set off its full passes, which traverse
+every live object: holding row groups of datums made those passes a third of the CPU time of
+a ``wc`` run writing Parquet (BENCHMARKS.md, "scaling"); 128-4096 measured alike otherwise."""
+
+
+def _record_batches(first: Datum, rest: Iterator[Datum], schema: pa.Schema, path: str,
+                    group_rows: int) -> Iterator[tuple[pa.RecordBatch, bool]]:
+    """``first`` and ``rest`` as checked record batches of at most :data:`CONVERT_ROWS` rows,
+    none straddling a row group (``group_rows`` rows each), with whether it ends one."""
+    expected = _datum_keys(schema)
+    pending: list[Datum] = []
+    start = 1
+    for number, datum in enumerate(_chain(first, rest), start=1):
+        _check_keys(datum, expected, number, path)
+        pending.append(datum)
+        ends_group = number % group_rows == 0
+        if ends_group or len(pending) == CONVERT_ROWS:
+            yield _to_batch(pending, schema, path, start), ends_group
+            pending = []
+            start = number + 1
+    if pending:
+        yield _to_batch(pending, schema, path, start), True
+
+
+def _chain(first: Datum, rest: Iterator[Datum]) -> Iterator[Datum]:
+    yield first
+    yield from rest
+
+
+def _check_keys(datum: Datum, expected: frozenset[str], number: int, path: str) -> None:
+    """Raise InputError unless ``datum`` has exactly the ``expected`` keys (plus ``select``)."""
+    if not isinstance(datum, dict):
+        raise InputError(path, None, f"datum {number} is a {type(datum).__name__}, not a dict")
+    keys = datum.keys() - _OPTIONAL_KEYS
+    if keys == expected:
+        return
+    missing = sorted(expected - keys)
+    extra = sorted(keys - expected)
+    raise InputError(
+        path, None,
+        f"datum {number} does not fit the Parquet columns fixed by the first datum/game "
+        f"(missing {missing}, unexpected {extra}); a Parquet log holds datums of one game "
+        f"with the keys {sorted(expected)} (plus optional 'select')")
+
+
+def _to_batch(datums: Sequence[Datum], schema: pa.Schema, path: str, start: int) -> pa.RecordBatch:
+    """Columns of ``datums`` (datum numbers ``start``...) as a batch of ``schema``."""
+    arrays = [_column(datums, field, path, start) for field in schema]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _column(datums: Sequence[Datum], field: pa.Field, path: str, start: int) -> pa.Array:
+    """One column of ``datums`` as an Arrow array of ``field``'s type, checked for nulls."""
+    where = f"datums {start}-{start + len(datums) - 1}, column {field.name!r} ({field.type})"
+    try:
+        if field.name == "results":
+            array = _results_array([d["results"] for d in datums])
+        elif field.name == "user":  # an integer user (jsonl: a JSON number) as its decimal text
+            array = pa.array([u if u is None or isinstance(u, str) else str(u)
+                              for u in (d.get("user") for d in datums)], type=field.type)
+        else:
+            array = pa.array([d.get(field.name) for d in datums], type=field.type)
+    except (pa.ArrowException, TypeError, ValueError) as e:
+        raise InputError(path, None, f"{where}: {e}") from None
+    if not field.nullable and array.null_count:
+        raise InputError(path, None, f"{where}: null value in a column that cannot be null")
+    return array
+
+
+def _results_array(results: Sequence[Sequence[Sequence[Any]]]) -> pa.ListArray:
+    """``wr`` results (per datum a list of ``[candidate, error, lm]``) as list<struct>.
+
+    Raises:
+        ValueError / TypeError: a result is not a 3-element sequence.
+        pyarrow.ArrowException: a value does not fit its field type.
+    """
+    offsets = [0]
+    candidates: list[Any] = []
+    errors: list[Any] = []
+    lms: list[Any] = []
+    for row in results:
+        for candidate, error, lm in row:
+            candidates.append(candidate)
+            errors.append(error)
+            lms.append(lm)
+        offsets.append(len(candidates))
+    values = pa.StructArray.from_arrays(
+        [pa.array(candidates, pa.string()), pa.array(errors, pa.float64()),
+         pa.array(lms, pa.float64())],
+        fields=list(RESULT_TYPE))
+    if values.field(0).null_count or values.field(1).null_count:
+        raise ValueError("a result's candidate and error cannot be null")
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values,
+                                    type=pa.list_(RESULT_TYPE))
+
+
+# --- reading --------------------------------------------------------------------------
+
+def iter_parquet(path: str, batch_rows: int = ROW_GROUP_ROWS) -> Iterator[Datum]:
+    """Read a Parquet log file back as LM Challenge 5.x datum dicts, batch by batch.
+
+    The inverse of :func:`write_parquet`: ``message``/``token``/``character`` are
+    Python ints, a null ``select`` drops the key, ``results`` are lists of
+    ``[candidate, error, lm]``.  At most ``batch_rows`` rows are decoded at once.
+    Run directories are read by :func:`lmchallenge.log.read_log`, part by part.
+
+    Args:
+        path: a Parquet file in the layout of docs/formats.md, "Parquet".
+        batch_rows: rows decoded per batch (positive).
+    Yields:
+        One dict per row, keyed by the file's column names.
+    Raises:
+        InputError: the file does not exist, is not Parquet, or lacks the common
+            log columns (raised when iteration starts).
+    """
+    parquet_file = open_parquet(path)
+    check_columns(parquet_file.schema_arrow, path)
+    for batch in parquet_file.iter_batches(batch_size=batch_rows):
+        yield from _batch_datums(batch)
+
+
+def open_parquet(path: str, read_dictionary: Sequence[str] | None = None) -> pq.ParquetFile:
+    """Open ``path`` as a Parquet file, turning I/O and format errors into InputError.
+
+    ``read_dictionary`` names (Parquet column paths) string columns to read as dictionary
+    arrays (decoding each distinct string once per row group)."""
+    try:
+        return pq.ParquetFile(path, read_dictionary=read_dictionary)
+    except FileNotFoundError:
+        raise InputError(path, None, "no such file") from None
+    except (OSError, pa.ArrowException) as e:
+        raise InputError(path, None, f"not a readable Parquet file: {e}") from None
+
+
+def check_columns(schema: pa.Schema, path: str) -> None:
+    """Raise InputError if ``schema`` lacks a required common log column, or holds a log
+    column of the wrong kind of type (``message`` as strings, say)."""
+    missing = [f.name for f in _COMMON_FIELDS if f.name not in schema.names and f.name != "select"]
+    if missing:
+        raise InputError(path, None, f"not an LM Challenge log: no column(s) {missing}")
+    for field in schema:
+        if field.name in _ARROW_TYPES and not _type_fits(field.type, field.name):
+            expected, _ = _ARROW_TYPES[field.name]
+            raise InputError(path, None, f"column {field.name!r} is {field.type}, "
+                                         f"not {expected} as an LM Challenge log's")
+
+
+_KIND_OF_TYPE = {"user": pa.types.is_string, "target": pa.types.is_string,
+                 "verbatim": pa.types.is_string, "message": pa.types.is_integer,
+                 "token": pa.types.is_integer, "character": pa.types.is_integer,
+                 "select": pa.types.is_boolean, "logp": pa.types.is_floating,
+                 "completions": pa.types.is_list, "results": pa.types.is_list}
+
+
+def _never(kind: pa.DataType) -> bool:
+    return False
+
+
+def _type_fits(kind: pa.DataType, name: str) -> bool:
+    """Whether a column ``name`` of Arrow type ``kind`` reads as the log's column: the same
+    kind of type (any width; large or dictionary-encoded strings), or all null where the
+    column may be null."""
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    if pa.types.is_large_string(kind) or getattr(pa.types, "is_string_view", _never)(kind):
+        kind = pa.string()
+    if pa.types.is_large_list(kind):
+        return name in ("completions", "results")
+    if pa.types.is_null(kind):
+        return _ARROW_TYPES[name][1]
+    return _KIND_OF_TYPE[name](kind)
+
+
+def _batch_datums(batch: pa.RecordBatch) -> Iterator[Datum]:
+    """The rows of ``batch`` as datum dicts (null ``select`` left out)."""
+    names = batch.schema.names
+    columns = [_python_values(batch.column(i), name) for i, name in enumerate(names)]
+    has_select = "select" in names
+    for values in zip(*columns):
+        datum = dict(zip(names, values))
+        if has_select and datum["select"] is None:
+            del datum["select"]
+        yield datum
+
+
+def _python_values(array: pa.Array, name: str) -> list[Any]:
+    """An Arrow column as Python values; ``results`` as lists of 3-element lists."""
+    if name == "results" and pa.types.is_list(array.type) and array.null_count == 0:
+        return _results_values(array)
+    return array.to_pylist()
+
+
+def _results_values(array: pa.ListArray) -> list[list[list[Any]]]:
+    """list<struct<candidate, error, lm>> (no null lists) as ``[[c, e, lm], ...]`` per row."""
+    offsets = array.offsets.to_pylist()
+    base = offsets[0]
+    children = array.flatten().flatten()
+    triples = [list(t) for t in zip(*(child.to_pylist() for child in children))]
+    return [triples[lo - base:hi - base] for lo, hi in zip(offsets, offsets[1:])]
+
+
+def read_table(path: str, columns: list[str] | None = None) -> pa.Table:
+    """A Parquet log, or an ``lmc-dist`` run directory of Parquet parts, as one Arrow table.
+
+    For column-wise statistics.  A run directory's ``part-NNNNN.parquet`` files are
+    concatenated in part order (the order of the single-process log).
+
+    Args:
+        path: a ``.parquet`` file in the layout of docs/formats.md, "Parquet",
+            or a run directory holding ``part-NNNNN.parquet`` files.
+        columns: the columns to read (all when None).
+    Returns:
+        The table: one row per datum, the columns of :func:`schema_for`
+        (``select`` null where the datum had none).
+    Raises:
+        InputError: the path does not exist, is not Parquet, lacks a requested column,
+            or the run directory has no parts, holds jsonl parts, or parts whose
+            columns differ.
+    """
+    if os.path.isdir(path):
+        parts = run_dir_parts(path)
+        tables = [_read_part(part, columns) for part in parts]
+        _check_same_columns(tables, parts)
+        return pa.concat_tables(tables, promote_options="default")
+    return _read_part(Path(path), columns)
+
+
+def _read_part(part: Path, columns: list[str] | None) -> pa.Table:
+    """One Parquet file as a table, with errors as InputError naming the file."""
+    name = str(part)
+    if not is_parquet_name(name):
+        raise InputError(name, None, "not a Parquet log (.parquet): convert it with `lmc convert`")
+    parquet_file = open_parquet(name)
+    check_columns(parquet_file.schema_arrow, name)
+    absent = sorted(set(columns or ()) - set(parquet_file.schema_arrow.names))
+    if absent:
+        raise InputError(name, None, f"no column(s) {absent} in this log")
+    return parquet_file.read(columns=columns)
+
+
+def _check_same_columns(tables: Sequence[pa.Table], parts: Sequence[Path]) -> None:
+    """Raise InputError naming the first part whose columns differ from the first part's."""
+    names = tables[0].schema.names
+    for table, part in zip(tables, parts):
+        if table.schema.names != names:
+            raise InputError(str(part), None, f"columns {table.schema.names} differ from "
+                                              f"{names} of {parts[0].name}")

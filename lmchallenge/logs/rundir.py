@@ -1,0 +1,220 @@
+"""Run directories of ``lmc-dist`` as committed records: what readers may take from one.
+
+Layout (the Hadoop/Spark output-committer idea: work in progress where readers do not look,
+a success marker at the end; Delta Lake keeps a commit log in the same spirit)::
+
+    RUN_DIR/
+      _manifest.json        what the run is (game, model, corpus sha256, options, versions),
+                            its partitions (byte range, first line, messages, characters) and
+                            each one's state; ``"finished"`` is null until the run commits
+      _temporary/           partitions finished by an unfinished run:
+        part-NNNNN.parquet  (or ``.jsonl.gz``), each written to a hidden temporary name and
+                            renamed into place when whole: a file here *is* the record that
+                            its partition is done
+      RUN-NOT-FINISHED      a plain-text note, present from the run's start until it commits:
+                            it makes ``pandas.read_parquet(RUN_DIR)`` (PyArrow) fail loudly
+                            instead of returning a subset (PyArrow reads every name that does
+                            not start with ``_`` or ``.`` as Parquet)
+      .lmc-dist.lock        the writer's lock (``fcntl.flock``; held only while a run runs)
+
+Commit, in this order: every partition done -> ``_stats.json`` written -> each part file
+renamed from ``_temporary/`` to ``RUN_DIR/`` -> ``_manifest.json`` rewritten with
+``"finished"`` set (the commit point) -> ``RUN-NOT-FINISHED`` and the empty ``_temporary/``
+removed.  A finished run dir therefore holds exactly ``part-NNNNN.*``, ``_manifest.json`` and
+``_stats.json`` (and the hidden lock file).  A crash anywhere before the commit point leaves
+an unfinished run that ``lmc-dist run --resume`` completes without recomputing a finished
+partition; one after it leaves a finished run (``--resume`` only tidies).
+
+Readers (every ``lmc`` tool and ``lmc-dist stats``, through :func:`parts`) take a finished
+run's parts, in partition order.  An unfinished run is refused with :class:`UnfinishedRun`
+(exit 2, "N of M partitions done"), unless reading partially is allowed
+(:func:`reading_partial`, the ``--partial`` option), when the finished partitions are read
+and :func:`coverage` says how much of the run they are.  A directory without a manifest
+(part files made by hand) is read as its ``part-*`` files, as before run dirs had one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lmchallenge.errors import InputError
+
+MANIFEST = "_manifest.json"
+STATS = "_stats.json"
+TEMPORARY = "_temporary"
+UNFINISHED = "RUN-NOT-FINISHED"
+LOCK = ".lmc-dist.lock"
+PART_GLOBS = ("part-*.parquet", "part-*.jsonl.gz", "part-*.jsonl")
+
+_PARTIAL: contextvars.ContextVar[bool] = contextvars.ContextVar("lmc_read_partial", default=False)
+
+
+class UnfinishedRun(InputError):
+    """A reader was given the run dir of a run that has not finished (exit 2).
+
+    Attributes:
+        done, total: partitions finished, partitions of the run.
+    """
+
+    def __init__(self, path: str, done: int, total: int):
+        self.done = done
+        self.total = total
+        InputError.__init__(
+            self, path, None,
+            f"unfinished lmc-dist run: {done} of {total} partitions done; finish it with "
+            "`lmc-dist run ... --resume`, or read the finished partitions with --partial")
+
+    def __reduce__(self):
+        return (UnfinishedRun, (self.path, self.done, self.total))
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """What a run directory holds, as a reader sees it.
+
+    Attributes:
+        path: the directory.
+        manifest: its ``_manifest.json`` (None: a directory of part files without one).
+        parts: the finished partitions' files, in partition order.
+        done: indices of the finished partitions (every partition of a finished run).
+    """
+
+    path: str
+    manifest: dict[str, Any] | None
+    parts: list[Path]
+    done: list[int]
+
+    @property
+    def finished(self) -> bool:
+        return self.manifest is None or bool(self.manifest.get("finished"))
+
+    @property
+    def total(self) -> int:
+        return len(self.done) if self.manifest is None else len(self.manifest["partitions"])
+
+
+def read_manifest(path: str) -> dict[str, Any] | None:
+    """``path``'s ``_manifest.json`` as a dict, or None when it has none.
+
+    Raises:
+        InputError: the manifest is not a JSON object with a ``partitions`` list.
+    """
+    name = os.path.join(path, MANIFEST)
+    try:
+        with open(name, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise InputError(name, None, f"not a readable run manifest: {e}") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("partitions"), list):
+        raise InputError(name, None, "not a run manifest (no \"partitions\" list)")
+    return manifest
+
+
+def finished_part(path: str, name: str) -> Path | None:
+    """Where the finished partition file ``name`` of run dir ``path`` is (the top level,
+    or ``_temporary/`` before the run commits), or None if it is not finished."""
+    for place in (Path(path) / name, Path(path) / TEMPORARY / name):
+        if place.is_file():
+            return place
+    return None
+
+
+def inspect(path: str) -> RunDir:
+    """Which partitions of the run dir ``path`` are finished, and where their files are.
+
+    Raises:
+        InputError: the manifest is unreadable, a finished run lacks a part file, or a
+            directory without a manifest holds no ``part-*`` files.
+    """
+    manifest = read_manifest(path)
+    if manifest is None:
+        return RunDir(path, None, _globbed_parts(path), [])
+    parts: list[Path] = []
+    done: list[int] = []
+    for index, entry in enumerate(manifest["partitions"]):
+        found = finished_part(path, entry["file"])
+        if found is not None:
+            parts.append(found)
+            done.append(index)
+        elif manifest.get("finished"):
+            raise InputError(os.path.join(path, entry["file"]), None,
+                             "missing: the run's manifest lists it as finished")
+    return RunDir(path, manifest, parts, done)
+
+
+def _globbed_parts(path: str) -> list[Path]:
+    root = Path(path)
+    parts = [p for pattern in PART_GLOBS for p in root.glob(pattern)]
+    if not parts:
+        raise InputError(path, None, "not a log: directory has no part-NNNNN.parquet/.jsonl.gz files")
+    return sorted(parts, key=lambda p: p.name)
+
+
+def parts(path: str, partial: bool | None = None) -> list[Path]:
+    """The part files a reader takes from the run dir ``path``, in partition order.
+
+    Args:
+        path: a run directory.
+        partial: read an unfinished run's finished partitions (None: as
+            :func:`reading_partial` says; by default no).
+    Raises:
+        UnfinishedRun: the run has not finished and reading partially is not allowed.
+        InputError: no partition is finished yet, or see :func:`inspect`.
+    """
+    run = inspect(path)
+    if run.finished:
+        return run.parts
+    if not (partial_allowed() if partial is None else partial):
+        raise UnfinishedRun(path, len(run.done), run.total)
+    if not run.parts:
+        raise InputError(path, None, f"unfinished lmc-dist run: 0 of {run.total} partitions "
+                                     "done, nothing to read yet")
+    return run.parts
+
+
+def coverage(path: str) -> dict[str, Any] | None:
+    """What a statistics row of ``path`` adds when ``path`` is an unfinished run dir read
+    partially; None for any other log.
+
+    Returns:
+        ``{"partial": True, "coverage": {"partitions_done": int, "partitions": int,
+        "messages_done": int, "messages": int, "characters_done": int, "characters": int}}``
+        (messages and characters of the corpus, as the run's partitions count them).
+    """
+    if path == "-" or not os.path.isdir(path):
+        return None
+    run = inspect(path)
+    if run.finished:
+        return None
+    entries = run.manifest["partitions"]
+    done = [entries[i] for i in run.done]
+    counts: dict[str, int] = {"partitions_done": len(done), "partitions": len(entries)}
+    for key in ("messages", "characters"):
+        counts[f"{key}_done"] = sum(int(e.get(key) or 0) for e in done)
+        counts[key] = sum(int(e.get(key) or 0) for e in entries)
+    return {"partial": True, "coverage": counts}
+
+
+def partial_allowed() -> bool:
+    """Whether readers in this context take an unfinished run's finished partitions."""
+    return _PARTIAL.get()
+
+
+@contextlib.contextmanager
+def reading_partial(enabled: bool = True) -> Iterator[None]:
+    """Within this context (this thread; threads that readers start copy it), readers take
+    an unfinished run's finished partitions instead of refusing the run dir."""
+    token = _PARTIAL.set(enabled)
+    try:
+        yield
+    finally:
+        _PARTIAL.reset(token)

@@ -1,0 +1,154 @@
+"""A causal transformer LM as an LM Challenge model: ``lmchallenge.model.neural.adapter:CausalLM``.
+
+In process::
+
+    lmc run lmchallenge.model.neural.adapter:CausalLM -o '{"model": "models/SmolLM2.gguf"}' we data.txt
+
+or over the line protocol with ``lmc-neural serve MODEL`` (the same class behind it).
+
+What each request means (sources in :mod:`lmchallenge.model.neural.words`):
+
+* ``predict(context, candidates)`` (``we``, ``wr``): for each candidate that is one LM
+  Challenge word token, the natural-log probability of that whole word after the context,
+  word-boundary term included (Pimentel & Meister 2024); over any set of distinct words they
+  sum to at most 1, so ``we`` entropies compare with other models'.  Candidates that are
+  not one word token are left out (the log gets ``null``).  All candidates of a query, and
+  all queries of a batch, go through shared forward passes.
+* ``predict(context, None)`` (``wc``): the ``top`` most probable words continuing what is
+  typed at the end of the context (the next word after a gap), as the rest of the word,
+  by a best-first search over tokens (exact unless ``max_expansions`` stops it).
+* character queries (``ce``: a context ending inside a word and one candidate continuing
+  it; among several candidates, as ``wr`` may send, such a candidate is left out) are refused with :class:`~lmchallenge.exceptions.ModelError`: exact character
+  probabilities need a sum over every tokenization covering the next character (Vieira et
+  al. 2024, "From Language Models over Tokens to Language Models over Characters"), which
+  is not implemented, and an approximation is never given silently.
+* ``train``/``clear``: nothing (no adaptation: the model's weights and answers stay fixed).
+
+Answers are a function of the query alone (:mod:`lmchallenge.model.neural.engine`), for a given
+model, ``chunk``, ``batch_size``, device and dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from lmchallenge.errors import ModelError
+from lmchallenge.model.api import Model
+from lmchallenge.model.neural.engine import ChunkedLM
+from lmchallenge.model.neural.loading import load
+from lmchallenge.model.neural.vocab import Vocabulary
+from lmchallenge.model.neural.words import RefusedQuery, WordScorer
+from lmchallenge.model.wire import Result, protocol_text
+
+CHUNK = 32
+"""Default tokens per forward-pass row: KJV lines are about 40 tokens, so 32 pads less of each
+pass than 64 (BENCHMARKS.md, "neural")."""
+
+
+class CausalLM(Model):
+    """A Hugging Face causal LM (directory or ``.gguf``) answering LM Challenge queries.
+
+    Args (the ``-o`` JSON keys of ``lmc run``):
+        model: path of a model directory or a ``.gguf`` file.
+        device: ``cpu`` or ``cuda`` (``cuda:N``).
+        dtype: ``auto`` (float32 on CPU, bfloat16 on CUDA), ``float32``, ``bfloat16``, ``float16``.
+        batch_size: sequences per forward pass (every pass has this many rows).
+        chunk: tokens per forward pass row.
+        top: words returned for a query without candidates (``wc`` counts up to 20).
+        max_expansions: forward passes the completion search may take per query.
+        threads: CPU threads of torch (``None``: torch's default, one per core); one thread
+            is often faster on a busy machine.
+        start_token: the token every text starts with (default: the tokenizer's BOS, else
+            EOS); e.g. ``"<|endoftext|>"`` for a chat model whose BOS opens a chat turn.
+        random_weights: the architecture and tokenizer of ``model`` with weights drawn at
+            random (:func:`lmchallenge.model.neural.loading.load`): for speed measurements
+            only, its answers mean nothing.
+    Raises:
+        ModelError: the model cannot be loaded.
+    """
+
+    def __init__(self, model: str, device: str = "cpu", dtype: str = "auto",
+                 batch_size: int = 1, chunk: int = CHUNK, top: int = 20,
+                 max_expansions: int = 64, threads: int | None = None,
+                 start_token: str | None = None, random_weights: bool = False):
+        if threads is not None:
+            import torch
+            torch.set_num_threads(threads)
+        loaded = load(model, device=device, dtype=dtype, random_weights=random_weights)
+        self._setup(loaded.model, loaded.tokenizer, name=model, batch_size=batch_size,
+                    chunk=chunk, top=top, max_expansions=max_expansions, start_token=start_token)
+
+    @classmethod
+    def from_objects(cls, model: Any, tokenizer: Any, name: str = "causal-lm",
+                     **options: Any) -> "CausalLM":
+        """A :class:`CausalLM` around an already loaded transformers model and fast tokenizer."""
+        self = cls.__new__(cls)
+        self._setup(model, tokenizer, name=name, **options)
+        return self
+
+    def _setup(self, model: Any, tokenizer: Any, name: str, batch_size: int = 1,
+               chunk: int = CHUNK, top: int = 20, max_expansions: int = 64,
+               start_token: str | None = None) -> None:
+        self.name = name
+        self.top = top
+        self.max_expansions = max_expansions
+        size = model.get_output_embeddings().weight.shape[0]
+        vocab = Vocabulary.from_tokenizer(tokenizer, size)
+        if start_token is not None:
+            start = tokenizer.convert_tokens_to_ids(start_token)
+            # an unknown token maps to the unk id, whose text is another (unless it is the unk)
+            if start is None or tokenizer.convert_ids_to_tokens(start) != start_token:
+                raise ModelError(name, f"start_token {start_token!r} is not a token of the model")
+            vocab.start_id = start
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else vocab.start_id
+        self.engine = ChunkedLM(model, chunk=chunk, batch=batch_size, pad_id=pad)
+        self.scorer = WordScorer(lambda text: tokenizer.encode(text, add_special_tokens=False),
+                                 vocab, self.engine.rows_many)
+
+    def _refused(self, error: RefusedQuery, context: str,
+                 candidates: Sequence[str] | None) -> ModelError:
+        query = "\t".join(["predict", protocol_text(context),
+                           *map(protocol_text, candidates or [])])
+        return ModelError(self.name, f"refused: {error}", query=query)
+
+    def predict(self, context: str, candidates: Sequence[str] | None) -> Result:
+        return self.predict_batch([(context, candidates)])[0]
+
+    def predict_batch(self, queries: Sequence[tuple[str, Sequence[str] | None]]) -> list[Result]:
+        """Answers to ``(context, candidates)`` queries, in order; scored queries share
+        forward passes.
+
+        Raises:
+            ModelError: a refused query (see the module doc), naming it.
+        """
+        answers: list[Result | None] = [None] * len(queries)
+        scored = [i for i, (_, candidates) in enumerate(queries) if candidates is not None]
+        try:
+            results = self.scorer.score_batch([(queries[i][0], queries[i][1]) for i in scored])
+        except RefusedQuery as e:
+            bad = next((i for i in scored if _refuses(self.scorer, *queries[i])), scored[0])
+            raise self._refused(e, *queries[bad]) from None
+        for i, result in zip(scored, results):
+            answers[i] = sorted(result, key=lambda pair: -pair[1])
+        for i, (context, candidates) in enumerate(queries):
+            if candidates is None:
+                try:
+                    answers[i] = self.scorer.complete(context, self.top, self.max_expansions)
+                except RefusedQuery as e:
+                    raise self._refused(e, context, None) from None
+        return answers  # type: ignore[return-value]
+
+    def train(self, text: str) -> None:
+        """Nothing: this model does not adapt (documented semantics of ``train``)."""
+
+    def clear(self) -> None:
+        """Nothing: there is nothing learnt to forget."""
+
+
+def _refuses(scorer: WordScorer, context: str, candidates: Sequence[str]) -> bool:
+    try:
+        scorer.score_batch([(context, candidates)])
+    except RefusedQuery:
+        return True
+    return False

@@ -1,0 +1,103 @@
+"""Loading a causal LM and its tokenizer: a Hugging Face model directory or a ``.gguf`` file.
+
+A directory is read with ``AutoModelForCausalLM``/``AutoTokenizer.from_pretrained`` (local
+files only: nothing is downloaded).  A ``.gguf`` file is read by transformers' GGUF support
+(``gguf_file=``; it needs the ``gguf`` package), which dequantises the weights (Q4_1, Q8_0,
+...) to the requested dtype and rebuilds the tokenizer from the file's metadata.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from lmchallenge.errors import ModelError
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass
+class Loaded:
+    """A model ready to run: ``model`` (eval mode, on ``device``) and its ``tokenizer``."""
+
+    model: Any
+    tokenizer: Any
+    device: str
+
+
+def resolve_dtype(dtype: str, device: str) -> Any:
+    """The torch dtype for a ``--dtype`` name: ``auto`` is float32 on CPU, bfloat16 on CUDA."""
+    import torch
+    if dtype == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r} (expected one of {', '.join(DTYPES)})")
+    return getattr(torch, dtype)
+
+
+def _location(path: str) -> tuple[str, dict[str, str]]:
+    """``from_pretrained``'s directory and extra arguments for a directory or ``.gguf`` file."""
+    if os.path.isdir(path):
+        return path, {}
+    return os.path.dirname(os.path.abspath(path)), {"gguf_file": os.path.basename(path)}
+
+
+def load(path: str, device: str = "cpu", dtype: str = "auto", random_weights: bool = False) -> Loaded:
+    """Load ``path`` (a model directory or a ``.gguf`` file) for inference.
+
+    With ``random_weights``, only the configuration and tokenizer are read (a directory
+    that :func:`save_skeleton` wrote is enough) and the weights are drawn at random (torch
+    seed 0, the architecture's own initialisation): the speed of the real model, answers
+    that mean nothing.  For measuring on machines the weights cannot travel to.
+
+    Raises:
+        ModelError: the path does not exist or transformers cannot load it.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    if not os.path.exists(path):
+        raise ModelError(path, "no such model directory or .gguf file")
+    torch_dtype = resolve_dtype(dtype, device)
+    where, extra = _location(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True, **extra)
+        if random_weights:
+            config = AutoConfig.from_pretrained(where, local_files_only=True, **extra)
+            torch.manual_seed(0)
+            model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(where, local_files_only=True,
+                                                         dtype=torch_dtype, **extra)
+    except (OSError, ValueError, ImportError, KeyError) as e:
+        raise ModelError(path, f"cannot load the model: {type(e).__name__}: {e}") from None
+    if not getattr(tokenizer, "is_fast", False):
+        raise ModelError(path, "the tokenizer is not a fast (tokenizers) tokenizer")
+    model.to(device)
+    model.eval()
+    return Loaded(model, tokenizer, device)
+
+
+def save_skeleton(path: str, out_dir: str) -> list[str]:
+    """Write the configuration and tokenizer of ``path`` (a directory or ``.gguf`` file),
+    without weights, to ``out_dir`` (a few MB: what :func:`load` with ``random_weights``
+    needs).
+
+    Returns:
+        the names of the files in ``out_dir`` afterwards.
+    Raises:
+        ModelError: ``path`` cannot be read.
+    """
+    from transformers import AutoConfig, AutoTokenizer
+    if not os.path.exists(path):
+        raise ModelError(path, "no such model directory or .gguf file")
+    where, extra = _location(path)
+    try:
+        config = AutoConfig.from_pretrained(where, local_files_only=True, **extra)
+        tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True, **extra)
+    except (OSError, ValueError, ImportError, KeyError) as e:
+        raise ModelError(path, f"cannot read the model: {type(e).__name__}: {e}") from None
+    os.makedirs(out_dir, exist_ok=True)
+    config.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return sorted(os.listdir(out_dir))

@@ -1,0 +1,203 @@
+"""The text of a subword vocabulary, and which tokens end or continue an LM Challenge word.
+
+A causal LM predicts token ids; LM Challenge scores words, as its word tokenizer
+(:mod:`lmchallenge.tokenize`) cuts them.  This module maps every token id to the bytes it
+stands for and classifies tokens against that tokenizer:
+
+* a token **ends** a word ``w`` (is in the *boundary set* of ``w``) when the text ``w`` then
+  the token's text starts with the token ``w`` itself: the word is over (``"earth"`` then
+  ``"."`` or ``" and"``).  The end-of-sequence token ends every word.  Tokens whose text
+  does not start with a whole character (a byte-level token holding part of a UTF-8
+  sequence) and other special tokens are in no boundary set: leaving them out can only
+  lower a word's probability, never let two words' events overlap.
+* a token **continues** a word of a class when all its characters are characters of that
+  word class (rule 2: letters, digits, ``'``, ``-``, ...; rule 3: punctuation and symbols).
+
+Token texts: byte-level BPE (GPT-2, SmolLM2, Llama 3) maps each byte to a printable
+character (Radford et al. 2019, GPT-2's ``bytes_to_unicode``); SentencePiece-style
+vocabularies write a space as ``▁`` and may spell bytes as ``<0xNN>`` (byte fallback).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from lmchallenge.tokenize import word_tokenizer
+
+SPACE_MARK = "\u2581"  # ▁, SentencePiece's word-beginning marker
+
+
+@lru_cache(maxsize=1)
+def byte_level_decoder() -> dict[str, int]:
+    """GPT-2's byte-to-printable-character table, inverted: character -> byte value.
+
+    Printable Latin-1 bytes stand for themselves; the other 68 bytes are mapped, in order,
+    to code points from U+0100 up (Radford et al. 2019, ``encoder.py``).
+    """
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+                 + list(range(ord("®"), ord("ÿ") + 1)))
+    chars = printable[:]
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(printable, chars)}
+
+
+def _decoder_kind(tokenizer: Any) -> str:
+    """``"byte-level"`` or ``"metaspace"``, from the fast tokenizer's pre-tokenizer/decoder."""
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+    text = json.dumps([spec.get("decoder"), spec.get("pre_tokenizer")])
+    return "byte-level" if '"ByteLevel"' in text else "metaspace"
+
+
+def _piece_bytes(piece: str, kind: str) -> bytes | None:
+    if kind == "byte-level":
+        table = byte_level_decoder()
+        try:
+            return bytes(table[c] for c in piece)
+        except KeyError:
+            return None
+    if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+        return bytes([int(piece[3:5], 16)])
+    return piece.replace(SPACE_MARK, " ").encode("utf-8")
+
+
+def first_char(data: bytes) -> str | None:
+    """The first character of ``data`` when it is whole (valid UTF-8), else ``None``."""
+    for size in (1, 2, 3, 4):
+        try:
+            return data[:size].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    return None
+
+
+def single_word(text: str) -> bool:
+    """True when ``text`` is exactly one LM Challenge word token."""
+    match = word_tokenizer().pattern_for(text).match(text)
+    return match is not None and match.end() == len(text) > 0
+
+
+def ends_word(word: str, following: str) -> bool:
+    """True when ``word`` followed by ``following`` still starts with the token ``word``."""
+    text = word + following
+    match = word_tokenizer().pattern_for(text).match(text)
+    return match is not None and match.end() == len(word)
+
+
+@dataclass
+class Vocabulary:
+    """Every token id's bytes and the boundary sets of word classes.
+
+    Attributes:
+        pieces: bytes of each token id (``None``: a special token or an id with no text),
+            length = the model's output size.
+        eos_id: the end-of-sequence token (ends every word), or ``None``.
+        start_id: the token a sequence starts with (BOS, else EOS).
+    """
+
+    pieces: list[bytes | None]
+    eos_id: int | None
+    start_id: int
+    _boundaries: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _by_bytes: dict[bytes, int] | None = field(default=None, repr=False)
+    _sorted: tuple[list[bytes], list[int]] | None = field(default=None, repr=False)
+    _continuing: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: Any, size: int) -> "Vocabulary":
+        """Read a Hugging Face fast tokenizer; ``size`` is the model's output (logit) size."""
+        kind = _decoder_kind(tokenizer)
+        special = set(tokenizer.all_special_ids)
+        for added_id, added in tokenizer.added_tokens_decoder.items():
+            if added.special:
+                special.add(added_id)
+        pieces: list[bytes | None] = [None] * size
+        names = tokenizer.convert_ids_to_tokens(list(range(min(size, len(tokenizer)))))
+        for token_id, piece in enumerate(names):
+            if piece is not None and token_id not in special:
+                pieces[token_id] = _piece_bytes(piece, kind)
+        eos = tokenizer.eos_token_id
+        start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else eos
+        if start is None:
+            raise ValueError("the tokenizer has neither a BOS nor an EOS token to start a text")
+        return cls(pieces, eos, start)
+
+    @staticmethod
+    def word_class(word: str) -> str:
+        """The key of a word's boundary set: ``"w"`` (rule 2 runs), ``"p"`` (rule 3 runs), or
+        the word itself (emoji: checked one by one)."""
+        if single_word("a" + word):
+            return "w"
+        if word.isascii() and single_word("." + word):
+            return "p"
+        return "=" + word  # emoji and other punctuation: their own set
+
+    def _representative(self, key: str) -> str:
+        return {"w": "a", "p": "."}.get(key, key[1:])
+
+    def boundary(self, word: str) -> np.ndarray:
+        """Boolean mask over token ids: the tokens that end ``word`` (see the module doc)."""
+        key = self.word_class(word)
+        mask = self._boundaries.get(key)
+        if mask is None:
+            rep = self._representative(key)
+            mask = np.zeros(len(self.pieces), dtype=bool)
+            for token_id, data in enumerate(self.pieces):
+                if data:
+                    char = first_char(data)
+                    if char is not None:
+                        text = data.decode("utf-8", errors="ignore")
+                        mask[token_id] = ends_word(rep, text if text.startswith(char) else char)
+            if self.eos_id is not None:
+                mask[self.eos_id] = True
+            self._boundaries[key] = mask
+        return mask
+
+    def continuing(self, word: str) -> np.ndarray:
+        """Token ids whose text is whole characters that all continue ``word``'s class."""
+        key = self.word_class(word)
+        ids = self._continuing.get(key)
+        if ids is None:
+            rep = self._representative(key)
+            found = []
+            for token_id, data in enumerate(self.pieces):
+                if not data:
+                    continue
+                try:
+                    text = data.decode("utf-8")
+                except UnicodeDecodeError:
+                    continue
+                if key[0] in "wp" and single_word(rep + text):
+                    found.append(token_id)
+            ids = np.array(found, dtype=np.int64)
+            self._continuing[key] = ids
+        return ids
+
+    def token_id(self, data: bytes) -> int | None:
+        """The id of the token whose bytes are ``data`` (the first such id), or ``None``."""
+        if self._by_bytes is None:
+            self._by_bytes = {}
+            for token_id, piece in enumerate(self.pieces):
+                if piece and piece not in self._by_bytes:
+                    self._by_bytes[piece] = token_id
+        return self._by_bytes.get(data)
+
+    def starting_with(self, data: bytes) -> list[int]:
+        """Ids of the tokens whose bytes start with ``data`` and are longer than it."""
+        if self._sorted is None:
+            pairs = sorted((p, i) for i, p in enumerate(self.pieces) if p)
+            self._sorted = ([p for p, _ in pairs], [i for _, i in pairs])
+        keys, ids = self._sorted
+        lo = bisect.bisect_right(keys, data)
+        hi = bisect.bisect_left(keys, data + b"\xff\xff\xff\xff\xff")
+        return [ids[k] for k in range(lo, hi) if keys[k].startswith(data) and keys[k] != data]

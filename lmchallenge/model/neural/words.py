@@ -1,0 +1,290 @@
+"""Whole-word probabilities and completions from a language model over subword tokens.
+
+**The probability of a word.**  LM Challenge scores words as its word tokenizer cuts them
+(:mod:`lmchallenge.tokenize`); a neural LM predicts subword tokens.  After a context ``c``
+whose text ends with the gap ``g`` (spaces, or nothing before punctuation), the probability
+of the word ``w`` is the probability that the model writes exactly the text ``g + w`` and
+then ends the word::
+
+    P(w | c) = P(t_1 .. t_m | c') * P(next token ends w | c', t_1 .. t_m)
+
+where ``c'`` is the context without its gap, ``t_1 .. t_m`` the tokenizer's (canonical)
+tokens of ``g + w``, and the last factor sums the probabilities of the tokens that end
+``w`` (:meth:`lmchallenge.model.neural.vocab.Vocabulary.boundary`: a space-led token, punctuation
+after a word, end of text...).  With tokenizers that mark the *beginning* of a word (GPT-2's
+``Ġ``, SentencePiece's ``▁``) the end of a word is only known from the next token, and
+leaving out the last factor overestimates every word that is a prefix of another
+(Pimentel & Meister 2024, "How to Compute the Probability of a Word", EMNLP, section 4).
+
+Over any set of distinct words these events are disjoint (two different token paths part
+somewhere; if one is a prefix of the other, the shorter one's next token must end its word
+while the longer one's continues it), so the probabilities sum to at most 1.  Only the
+canonical tokenization of ``g + w`` is counted: other spellings of the same text in tokens
+add a little probability that is left out (a lower bound, as in Pimentel & Meister).
+
+**Contexts in tokens.**  A context is tokenized word by word: the start token (BOS, else
+EOS), then the tokens of each piece ``gap + word`` of the context, each piece tokenized on
+its own.  So the context of a word followed by that word is the context of the next word,
+and every word of a line is scored from one sequence (one pass per chunk of the line).
+
+**Completions** (``wc``): a best-first search over token paths after the context whose text
+starts with the gap and the typed prefix (the prefix may end inside a token) and continues
+with characters of the word's class; a path scores its words as above (the boundary term
+included, canonical tokenizations only).  Paths are expanded most probable first, so the
+search stops, exactly, when the best open path is less probable than the ``n``-th word found;
+``max_expansions`` bounds the forward passes per query (then the best words found so far).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+
+import numpy as np
+
+from lmchallenge.model.neural.vocab import Vocabulary, single_word
+from lmchallenge.tokenize import word_tokenizer
+
+Tokens = tuple[int, ...]
+RowsFn = Callable[[list[tuple[Tokens, list[int]]]], list[dict[int, np.ndarray]]]
+
+
+class RefusedQuery(ValueError):
+    """A query this adapter does not answer (it would have to approximate)."""
+
+
+def pieces(context: str) -> tuple[list[str], str]:
+    """Cut ``context`` into pieces ``gap + word`` (every word token with the text before
+    it) and the trailing gap after the last word.
+
+    Returns:
+        ``(pieces, gap)``; ``"".join(pieces) + gap == context``.
+    """
+    found, end = [], 0
+    for match in word_tokenizer().finditer(context):
+        found.append(context[end:match.end()])
+        end = match.end()
+    return found, context[end:]
+
+
+def logsumexp(values: np.ndarray) -> float:
+    """``log(sum(exp(values)))`` of a float array (``-inf`` when empty), in float64."""
+    if values.size == 0:
+        return -math.inf
+    top = float(values.max())
+    if top == -math.inf:
+        return -math.inf
+    return top + math.log(float(np.exp(values.astype(np.float64) - top).sum()))
+
+
+class WordScorer:
+    """Word probabilities and completions for one tokenizer and a source of rows.
+
+    Args:
+        encode: text -> token ids (no special tokens).
+        vocab: the vocabulary's bytes and boundary sets.
+        rows: :meth:`lmchallenge.model.neural.engine.ChunkedLM.rows_many`.
+    """
+
+    def __init__(self, encode: Callable[[str], list[int]], vocab: Vocabulary, rows: RowsFn):
+        self._encode_raw = encode
+        self.vocab = vocab
+        self.rows = rows
+        self.encode = lru_cache(maxsize=65536)(self._encode_checked)
+
+    def _encode_checked(self, text: str) -> Tokens:
+        ids = tuple(self._encode_raw(text))
+        data = b"".join(self.vocab.pieces[i] or b"\0" for i in ids)
+        if data != text.encode("utf-8"):
+            raise RefusedQuery(f"the tokenizer does not spell {text!r} back as itself "
+                               f"({data!r}): it adds or drops text, so word probabilities "
+                               "cannot be computed piece by piece")
+        return ids
+
+    def _spelled(self, text: str) -> Tokens | None:
+        """The tokens of ``text``, or ``None`` when the tokenizer cannot spell it."""
+        try:
+            return self.encode(text)
+        except RefusedQuery:
+            return None
+
+    def context_tokens(self, context_pieces: Sequence[str]) -> Tokens:
+        """The start token, then each piece's tokens."""
+        tokens: list[int] = [self.vocab.start_id]
+        for piece in context_pieces:
+            tokens += self.encode(piece)
+        return tuple(tokens)
+
+    # -- scoring whole words
+    def split(self, context: str) -> tuple[list[str], str]:
+        """The context's pieces and its trailing gap (see :func:`pieces`)."""
+        return pieces(context)
+
+    @staticmethod
+    def continues(context_pieces: list[str], gap: str, candidate: str) -> bool:
+        """True when ``candidate`` would not be a word of its own after the context: the
+        context ends with a word (no gap) that the candidate's first character continues."""
+        if gap or not context_pieces or not candidate:
+            return False
+        return single_word(_last_word(context_pieces[-1]) + candidate[0])
+
+    def score_batch(self, queries: list[tuple[str, Sequence[str]]]) -> list[list[tuple[str, float]]]:
+        """Natural-log probabilities of whole-word candidates after contexts.
+
+        Args:
+            queries: ``(context, candidates)`` pairs.
+        Returns:
+            per query, ``[(candidate, log P(candidate | context))]`` in the candidates'
+            order, leaving out candidates that are not one LM Challenge word token, that
+            would continue the context's last word (probability 0 as a word of their own),
+            or that the tokenizer cannot spell.
+        Raises:
+            RefusedQuery: a query with one candidate that continues the context's last
+                word: a character query (``ce``), not computed here.
+        """
+        plans = []
+        requests: list[tuple[Tokens, list[int]]] = []
+        for query, (context, candidates) in enumerate(queries):
+            context_pieces, gap = self.split(context)
+            if len(candidates) == 1 and self.continues(context_pieces, gap, candidates[0]):
+                raise RefusedQuery(
+                    f"the context ends inside a word ({_last_word(context_pieces[-1])!r}) and "
+                    f"the candidate {candidates[0]!r} would continue it: this model scores "
+                    "whole words after a whole-word context (we, wr); character probabilities "
+                    "(ce) are not computed")
+            for candidate in candidates:
+                if not single_word(candidate) or self.continues(context_pieces, gap, candidate):
+                    continue
+                head = self.context_tokens(context_pieces)
+                word = self._spelled(gap + candidate)
+                if word is None:
+                    continue
+                n = len(head)
+                requests.append((head + word, list(range(n - 1, n + len(word)))))
+                plans.append((query, candidate))
+        answers = self.rows(requests) if requests else []
+        by_query: list[list[tuple[str, float]]] = [[] for _ in queries]
+        for (query, candidate), (tokens, positions), rows in zip(plans, requests, answers):
+            by_query[query].append(
+                (candidate, self._path_score(candidate, tokens, positions, rows)))
+        return by_query
+
+    def _path_score(self, word: str, tokens: Tokens, positions: list[int],
+                    rows: dict[int, np.ndarray]) -> float:
+        """log P(word tokens then a boundary): ``positions`` are those predicting each word
+        token, then the one after the last."""
+        total = 0.0
+        for position in positions[:-1]:
+            total += float(rows[position][tokens[position + 1]])
+        last = rows[positions[-1]]
+        return total + logsumexp(last[self.vocab.boundary(word)])
+
+    # -- completions
+    def complete(self, context: str, n: int, max_expansions: int) -> list[tuple[str, float]]:
+        """The ``n`` most probable words that extend the word being typed at the end of
+        ``context`` (all words when it ends in a gap), as ``[(rest of word, log P)]``, most
+        probable first (ties: the earlier found)."""
+        context_pieces, gap = pieces(context)
+        prefix = ""
+        if not gap and context_pieces:  # the context ends inside (or at the end of) a word
+            prefix = _last_word(context_pieces[-1])
+            gap = context_pieces[-1][:-len(prefix)]
+            context_pieces = context_pieces[:-1]
+        head = self.context_tokens(context_pieces)
+        typed = (gap + prefix).encode("utf-8")
+        found: dict[str, float] = {}
+        order: list[str] = []
+        # open paths, lazily: (-log P, tie, parent path, parent's children ids and log P
+        # sorted best first, rank of this child); a popped child pushes its next sibling
+        heap: list[tuple[float, int, Tokens, np.ndarray, np.ndarray, int]] = []
+        tie = 0
+        path: Tokens = ()
+        neg = 0.0
+        expansions = 0
+        while True:
+            position = len(head) + len(path) - 1
+            row = self.rows([(head + path, [position])])[0][position]
+            expansions += 1
+            text = b"".join(self.vocab.pieces[t] for t in path)
+            word = _word_of(text, typed, gap, prefix)
+            if word is not None and self._spelled(gap + word) == path:
+                rest = word[len(prefix):]
+                if rest not in found:
+                    order.append(rest)
+                found[rest] = float(-neg + logsumexp(row[self.vocab.boundary(word)]))
+            ids = np.asarray(self._children(text, typed, prefix, gap), dtype=np.int64)
+            if ids.size:
+                logps = row[ids].astype(np.float64)
+                best = np.argsort(-logps, kind="stable")
+                ids, logps = ids[best], logps[best]
+                tie += 1
+                heapq.heappush(heap, (neg - logps[0], tie, path, ids, logps, 0))
+            if not heap or expansions >= max_expansions:
+                break
+            neg, _, parent, ids, logps, rank = heapq.heappop(heap)
+            if rank + 1 < ids.size and logps[rank + 1] > -math.inf:
+                tie += 1
+                parent_neg = neg + logps[rank]
+                heapq.heappush(heap, (parent_neg - logps[rank + 1], tie, parent, ids, logps,
+                                      rank + 1))
+            if neg == math.inf or (len(found) >= n and -neg <= _nth(found, n)):
+                break
+            path = parent + (int(ids[rank]),)
+        ranked = sorted(order, key=lambda rest: -found[rest])
+        return [(rest, found[rest]) for rest in ranked[:n]]
+
+    def _children(self, text: bytes, typed: bytes, prefix: str, gap: str) -> list[int]:
+        """Token ids that may follow a path with bytes ``text`` (see the module doc)."""
+        vocab = self.vocab
+        if len(text) < len(typed) or (len(text) == len(typed) and not prefix):
+            rest = typed[len(text):]  # b"": a word starts here, any word
+            ids = [i for size in range(1, len(rest) + 1)
+                   if (i := vocab.token_id(rest[:size])) is not None]
+            return ids + list(self._crossing(rest, prefix, gap))
+        word = _decode(text[len(gap.encode("utf-8")):])
+        if word is None:
+            return []  # a path that ends inside a character: not followed (see module doc)
+        return vocab.continuing(word).tolist() if word else []
+
+    @lru_cache(maxsize=4096)  # noqa: B019 - one scorer per model, bounded
+    def _crossing(self, rest: bytes, prefix: str, gap: str) -> tuple[int, ...]:
+        """Tokens that spell ``rest`` and go on with characters of one word."""
+        gap_bytes = gap.encode("utf-8")
+        found = []
+        typed_len = len((gap + prefix).encode("utf-8")) - len(rest)
+        for token_id in self.vocab.starting_with(rest):
+            data = self.vocab.pieces[token_id]
+            full = (gap + prefix).encode("utf-8")[:typed_len] + data
+            word = _decode(full[len(gap_bytes):])
+            if word and single_word(word):
+                found.append(token_id)
+        return tuple(found)
+
+
+def _last_word(piece: str) -> str:
+    """The word at the end of a piece ``gap + word``."""
+    matches = list(word_tokenizer().finditer(piece))
+    return matches[-1].group() if matches else ""
+
+
+def _decode(data: bytes) -> str | None:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _word_of(text: bytes, typed: bytes, gap: str, prefix: str) -> str | None:
+    """The word a path spells when it is a whole word longer than the typed prefix."""
+    if len(text) <= len(typed) or not text.startswith(typed):
+        return None
+    word = _decode(text[len(gap.encode("utf-8")):])
+    if word is None or not single_word(word):
+        return None
+    return word
+
+
+def _nth(found: dict[str, float], n: int) -> float:
+    return sorted(found.values(), reverse=True)[n - 1]

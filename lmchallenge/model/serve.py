@@ -1,0 +1,137 @@
+"""The model side of the LM Challenge line protocol, for any Python model.
+
+docs/formats.md, "Model protocol": UTF-8 lines, fields separated
+by TAB, one command a line:
+
+* ``predict<TAB>CONTEXT[<TAB>CANDIDATE...]`` -> one line ``text<TAB>score<TAB>...``
+  (an empty line when there is nothing to say);
+* ``train<TAB>TEXT`` and ``clear`` -> no output at all.
+
+:func:`serve` runs that loop for any object with ``predict(context, candidates)``,
+``train(text)`` and ``clear()`` (``train``/``clear`` optional).  It never leaves a client
+waiting: every ``predict`` gets exactly one answer line, even when the request is malformed
+(not UTF-8) or the model raises (a message goes to stderr and the answer is an empty line);
+a bad ``train``/``clear``/unknown command only writes to stderr.  Answers are flushed
+whenever the requests already received are used up (before the loop waits for more input)
+and every :data:`FLUSH_EVERY` answers in between, so a client that sends one request and
+waits gets its answer at once, while a pipelining client gets its answers in batches (one
+system call per batch on either side, not one per answer).
+Lines are split on LF only (a CR inside a context is text).  Scores are written with
+``repr`` (the shortest text that reads back as the same float).
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from typing import IO, Any
+
+from lmchallenge.corpus import whole_line_blocks
+from lmchallenge.model.wire import format_answer, parse_request
+
+FLUSH_EVERY = 16
+"""Requests answered between flushes while more requests are already waiting."""
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def handle(model: Any, raw: bytes, output: IO[bytes], errors: IO[str]) -> None:
+    """Answer one request line (bytes, with or without its LF) on ``output``."""
+    raw = raw.rstrip(b"\n")
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        command = raw.split(b"\t", 1)[0]
+        errors.write(f"protocol: request is not valid UTF-8 (byte {e.start}): {raw[:80]!r}\n")
+        if command == b"predict":
+            output.write(b"\n")
+        return
+    if not line:
+        return  # a blank line asks nothing
+    command, text, candidates = parse_request(line)
+    if command == "predict":
+        try:
+            answer = format_answer(model.predict(text, candidates))
+        except Exception as e:  # noqa: BLE001 - the client must get its line
+            errors.write(f"protocol: predict failed: {_describe(e)}\n")
+            answer = "\n"
+        output.write(answer.encode("utf-8"))
+    elif command in ("train", "clear"):
+        method = getattr(model, command, None)
+        if method is None:
+            return
+        try:
+            method(text) if command == "train" else method()
+        except Exception as e:  # noqa: BLE001 - keep serving
+            errors.write(f"protocol: {command} failed: {_describe(e)}\n")
+    else:
+        errors.write(f"protocol: unknown command {command[:80]!r}\n")
+
+
+def serve(model: Any, input_stream: IO | None = None, output_stream: IO | None = None,
+          error_stream: IO[str] | None = None) -> None:
+    """Serve ``model`` over the line protocol until the input ends.
+
+    Args:
+        model: an object with ``predict`` (and optionally ``train``, ``clear``).
+        input_stream: binary (or text) stream of requests; default standard input.
+        output_stream: binary (or text) stream for answers; default standard output.
+        error_stream: text stream for diagnostics; default standard error.
+    """
+    source = _binary(input_stream if input_stream is not None else sys.stdin)
+    sink = _binary(output_stream if output_stream is not None else sys.stdout)
+    if isinstance(sink, io.RawIOBase):  # sys.stdout.buffer under python -u: writes may be short
+        sink = io.BufferedWriter(sink)
+    errors = error_stream if error_stream is not None else sys.stderr
+    answers = io.BytesIO()  # gathered here, written to the sink in one call per flush
+    read = getattr(source, "read1", None) or source.read  # read1: what is there, one call
+    for block in whole_line_blocks(read):
+        lines = block.split(b"\n")
+        if not lines[-1]:
+            lines.pop()  # the block ended with its last line's LF
+        for count, raw in enumerate(lines, start=1):
+            handle(model, raw, answers, errors)
+            if count % FLUSH_EVERY == 0:
+                _flush(answers, sink)
+        _flush(answers, sink)  # the requests read so far are answered: flush before waiting
+
+
+def _flush(answers: io.BytesIO, sink: Any) -> None:
+    """Write the buffered ``answers`` to ``sink`` in one call and flush it."""
+    if answers.tell():
+        sink.write(answers.getvalue())
+        answers.seek(0)
+        answers.truncate()
+    sink.flush()
+
+
+class _TextAdapter:
+    """Adapts a text stream (``io.StringIO``) to the bytes ``read1``/``write``/``flush``
+    that :func:`serve` uses."""
+
+    def __init__(self, stream: IO[str]):
+        self._stream = stream
+
+    def read1(self, size: int = -1) -> bytes:
+        return self._stream.read(size).encode("utf-8")
+
+    def write(self, data: bytes) -> None:
+        self._stream.write(data.decode("utf-8"))
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+
+def _binary(stream: Any) -> Any:
+    """The binary side of ``stream``: its ``buffer`` (``sys.stdin``), an adapter for a text
+    stream without one (``io.StringIO``), or the stream itself (already binary)."""
+    if hasattr(stream, "buffer"):
+        return stream.buffer
+    if isinstance(stream, io.TextIOBase):
+        return _TextAdapter(stream)
+    return stream
+
+
+__all__ = ["serve", "handle"]

@@ -1,0 +1,171 @@
+"""Answer streams for any model: a :class:`~lmchallenge.model.shell.ShellModel` (pipelined), a
+model with ``predict_batch``, or any object with ``predict``/``train``/``clear``
+(:class:`InProcessModel`, which checks its answers and names its failures as a shell model's
+are named)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Protocol
+
+from lmchallenge.errors import LmcError, ModelError
+from lmchallenge.model.wire import (Clear, Predict, Request, Result, Train, check_result,
+                                    encode_request, first_of_each, has_duplicates)
+
+LOG = logging.getLogger(__name__)
+
+
+class Streaming(Protocol):
+    def stream(self, requests: Iterable[Request]) -> Iterator[Result]: ...
+
+
+def session(model: Any, requests: Iterable[Request], batch_size: int = 64) -> Iterator[Result]:
+    """Run ``requests`` against ``model``, yielding one answer per :class:`Predict`, in order.
+
+    ``model`` is a :class:`ShellModel` (pipelined), a model with ``predict_batch`` (called
+    with up to ``batch_size`` consecutive predicts), or any object with ``predict``,
+    ``train`` and ``clear`` (duck typing, as LM Challenge 5.x).
+
+    Raises:
+        ModelError: the model failed (see :class:`InProcessModel` for Python objects).
+    """
+    for answers in session_batches(model, requests, batch_size):
+        yield from answers
+
+
+def session_batches(model: Any, requests: Iterable[Request],
+                    batch_size: int = 64) -> Iterator[list[Result]]:
+    """As :func:`session`, but the answers come in consecutive non-empty lists (as the
+    model produced them: a pipe read, a ``predict_batch`` call, one ``predict``)."""
+    if hasattr(model, "stream_batches"):
+        yield from model.stream_batches(requests)
+        return
+    if hasattr(model, "stream"):
+        for answer in model.stream(requests):
+            yield [answer]
+        return
+    yield from InProcessModel(model, batch_size=batch_size).stream_batches(requests)
+
+
+def python_name(model: Any) -> str:
+    """``module:Class`` of ``model``'s type, naming an in-process model in messages."""
+    kind = type(model)
+    return f"{kind.__module__}:{kind.__qualname__}"
+
+
+class InProcessModel:
+    """A Python model called in this process, answering as a shell model does.
+
+    Predicts go to ``model.predict_batch`` (up to ``batch_size`` consecutive ones) if it
+    has one, else to ``model.predict`` one by one; ``train``/``clear`` are called if the
+    model has them.  Every other attribute is the model's.
+
+    Answers are checked as a shell model's answer lines are: a score that is a number but
+    not finite is an error; a text given twice in one answer keeps its first pair (a
+    warning, once per :class:`InProcessModel`).
+
+    Args:
+        model: the Python object.
+        name: how messages name it (the ``module:Class`` spec; default the type's name).
+        batch_size: most predicts per ``predict_batch`` call.
+    Raises:
+        ModelError: (from :meth:`stream_batches`) the model raised (its type and message
+            are named, the exception is chained), ``predict_batch`` returned a wrong number
+            of answers, or an answer has a non-finite score; naming ``name`` and the request.
+            An :class:`~lmchallenge.errors.LmcError` the model raises goes through as it is.
+    """
+
+    def __init__(self, model: Any, name: str | None = None, batch_size: int = 64):
+        self.model = model
+        self.name = name or python_name(model)
+        self.batch_size = batch_size
+        self._warned_duplicates = False
+
+    def __getattr__(self, attribute: str) -> Any:
+        if attribute == "model":  # not set yet (unpickling): no recursion
+            raise AttributeError(attribute)
+        return getattr(self.model, attribute)
+
+    def close(self) -> None:
+        """Close the model if it has ``close`` or ``__exit__``."""
+        if hasattr(self.model, "close"):
+            self.model.close()
+        elif hasattr(self.model, "__exit__"):
+            self.model.__exit__(None, None, None)
+
+    def stream_batches(self, requests: Iterable[Request]) -> Iterator[list[Result]]:
+        """Answers to the predicts of ``requests``, in order, in non-empty lists (one per
+        ``predict`` or ``predict_batch`` call)."""
+        batched = hasattr(self.model, "predict_batch")
+        pending: list[Predict] = []
+        for request in requests:
+            if isinstance(request, Predict):
+                if not batched:
+                    yield [self._answer(request, self._call(request, "predict", request.context,
+                                                            request.candidates))]
+                    continue
+                pending.append(request)
+                if len(pending) < self.batch_size:
+                    continue
+            if pending:
+                yield self._predict_batch(pending)
+                pending = []
+            if isinstance(request, Train):
+                self._call_optional(request, "train", request.text)
+            elif isinstance(request, Clear):
+                self._call_optional(request, "clear")
+        if pending:
+            yield self._predict_batch(pending)
+
+    def _predict_batch(self, predicts: list[Predict]) -> list[Result]:
+        answers = list(self._call(predicts, "predict_batch",
+                                  [(p.context, p.candidates) for p in predicts]))
+        if len(answers) != len(predicts):
+            raise self._error(f"predict_batch returned {len(answers)} answers for "
+                              f"{len(predicts)} queries", predicts)
+        return [self._answer(p, answer) for p, answer in zip(predicts, answers)]
+
+    def _call_optional(self, request: Request, method: str, *args: Any) -> None:
+        if hasattr(self.model, method):
+            self._call(request, method, *args)
+
+    def _call(self, request: Request | Sequence[Predict], method: str, *args: Any) -> Any:
+        try:
+            return getattr(self.model, method)(*args)
+        except LmcError:
+            raise
+        except Exception as e:
+            raise self._error(f"{method} raised {type(e).__name__}: {e}", request) from e
+
+    def _answer(self, request: Predict, answer: Iterable[tuple[str, float]]) -> Result:
+        result = list(answer)
+        try:
+            check_result(result)
+        except ValueError as e:
+            raise self._error(f"malformed answer {_shorten(repr(result))}: {e}",
+                              request) from None
+        if has_duplicates(result):
+            if not self._warned_duplicates:
+                self._warned_duplicates = True
+                LOG.warning("model %r answered a text twice in one answer (%s); the first of "
+                            "each is kept (warned once)", self.name, _shorten(repr(result)))
+            result = first_of_each(result)
+        return result
+
+    def _error(self, reason: str, requests: Request | Sequence[Predict]) -> ModelError:
+        """A :class:`ModelError` naming ``requests`` (the first is the failing one's), with
+        no stderr (the model has none of its own)."""
+        if not isinstance(requests, Sequence):
+            requests = [requests]
+        lines = tuple(encode_request(r).rstrip("\n")[:ModelError.SHOWN_REQUEST + 1]
+                      for r in requests)
+        return ModelError(self.name, reason, query=lines[0] if lines else None,
+                          stderr_tail=None, in_flight=lines if len(lines) > 1 else ())
+
+
+def _shorten(text: str, most: int = 200) -> str:
+    return text if len(text) <= most else text[:most] + "..."
+
+
+__all__ = ["session", "session_batches", "InProcessModel", "python_name"]

@@ -1,0 +1,131 @@
+"""How to make a model: a shell command or a ``module:Class`` spec, plus options
+(:class:`PredictorSpec`, picklable, so Dask workers can start their own)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from lmchallenge.errors import ModelError
+from lmchallenge.model.session import InProcessModel
+from lmchallenge.model.shell import ShellModel, shell_command
+
+QUALIFIED_NAME = re.compile(r"^([^: ]+):([^: ]+)$")
+
+
+def is_python_spec(spec: str) -> bool:
+    """True if ``spec`` names a Python class or function as ``module:Name``."""
+    return QUALIFIED_NAME.match(spec) is not None
+
+
+def load_python_object(spec: str) -> Callable[..., Any]:
+    """Import ``module.sub:Attr.sub`` and return the attribute.
+
+    The module is looked for first in the current directory, then on ``sys.path``, as
+    ``python -m`` does (the current directory is put first on ``sys.path`` if it is not
+    there yet).
+
+    Raises:
+        ModelError: the module or attribute cannot be found, or importing the module
+            raised (its type and message are named).
+    """
+    match = QUALIFIED_NAME.match(spec)
+    if match is None:
+        raise ModelError(spec, "not a module:Name spec", stderr_tail=None)
+    _current_directory_first()
+    try:
+        obj: Any = importlib.import_module(match.group(1))
+        for attr in match.group(2).split("."):
+            obj = getattr(obj, attr)
+    except (ImportError, AttributeError) as e:
+        raise ModelError(spec, f"cannot load: {e}", stderr_tail=None) from None
+    except Exception as e:  # the module's own code failed
+        raise ModelError(spec, f"importing {match.group(1)!r} raised {type(e).__name__}: {e}",
+                         stderr_tail=None) from e
+    return obj
+
+
+def _current_directory_first() -> None:
+    """Put the current directory first on ``sys.path`` (as ``python -m`` does) unless it is
+    already there ('' or its absolute path)."""
+    cwd = os.getcwd()
+    if not any(entry in ("", ".") or os.path.abspath(entry) == cwd for entry in sys.path):
+        sys.path.insert(0, cwd)
+
+
+def construct(spec: str, options: dict[str, Any]) -> Any:
+    """The model ``spec`` names, called with ``options`` as keyword arguments.
+
+    Raises:
+        ModelError: it cannot be loaded, does not take these options, or raised while
+            being made (naming the exception's type and message).
+    """
+    import inspect  # only for Python models: a slow import
+
+    factory = load_python_object(spec)
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # a builtin without a signature: just call it
+        signature = None
+    if signature is not None:
+        try:
+            signature.bind(**options)
+        except TypeError as e:
+            raise ModelError(spec, f"does not take the options {json.dumps(options)}: {e} "
+                             f"(it takes {signature})", stderr_tail=None) from None
+    try:
+        return factory(**options)
+    except Exception as e:
+        raise ModelError(spec, f"raised {type(e).__name__} while starting: {e}",
+                         stderr_tail=None) from e
+
+
+@dataclass(frozen=True)
+class PredictorSpec:
+    """How to make a model: a shell command or a ``module:Class`` spec, plus options.
+
+    Attributes:
+        spec: the shell command or ``module:Class``.
+        options: ``-o/--options`` JSON: keyword arguments of a Python model, or
+            command-line arguments of a shell model (:func:`shell_command`).
+        timeout: seconds a shell model may take to answer.
+        window: predict requests in flight for a shell model.
+    """
+
+    spec: str
+    options: dict[str, Any] = None  # type: ignore[assignment]
+    timeout: float = 60.0
+    window: int = 256
+
+    @property
+    def is_python(self) -> bool:
+        return is_python_spec(self.spec)
+
+    def create(self, echo_stderr: bool = False) -> Any:
+        """Start the model (a new process for a shell model)."""
+        options = dict(self.options or {})
+        if self.is_python:
+            return InProcessModel(construct(self.spec, options), self.spec)
+        return ShellModel(self.spec, options, timeout=self.timeout, window=self.window,
+                          echo_stderr=echo_stderr)
+
+    def describe(self) -> str:
+        """The command line or spec, for messages and manifests."""
+        return self.spec if self.is_python else shell_command(self.spec, dict(self.options or {}))
+
+
+def close_model(model: Any) -> None:
+    """Close ``model`` if it has ``close`` or ``__exit__``."""
+    if hasattr(model, "close"):
+        model.close()
+    elif hasattr(model, "__exit__"):
+        model.__exit__(None, None, None)
+
+
+__all__ = ["PredictorSpec", "close_model", "is_python_spec", "load_python_object", "construct"]

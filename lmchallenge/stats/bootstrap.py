@@ -1,0 +1,617 @@
+"""Bootstrap intervals and paired tests of ``lmc stats`` figures, from per-group sums.
+
+Tokens of one user are correlated (one user's vocabulary, one model state), so the unit of
+resampling is the **group**: a user, or, for a token whose ``user`` is null (plain text),
+its message.  Each group is summarised by additive sufficient statistics
+(:data:`COLUMNS`); every figure with an interval is a ratio of two column totals
+(:data:`METRICS`), e.g. Hit@1 = ``sum(hit1) / sum(tokens)``.  So the state of a log is one
+row of sums per group (:class:`GroupSums`), it merges by adding rows of equal keys (a
+partition's state merges with the others', DESIGN.md invariant 4), and a bootstrap
+resample is a vector of multinomial group counts ``w``: statistic ``(w @ S[:, num]) /
+(w @ S[:, den])``.
+
+Intervals (:func:`intervals`): the nonparametric bootstrap over groups (Efron &
+Tibshirani 1993, *An Introduction to the Bootstrap*, ch. 13 percentile and ch. 14 BCa),
+``resamples`` draws from a seeded :class:`numpy.random.Generator` (PCG64), drawn in chunks
+so memory stays at about :data:`CHUNK_CELLS` counts whatever the number of groups.  The
+default is the **percentile** interval (``[q(a/2), q(1 - a/2)]`` of the resampled
+statistic, linear interpolation as :func:`numpy.quantile`); ``method="bca"`` gives the
+bias-corrected and accelerated interval, with the acceleration from the leave-one-group-out
+jackknife (cheap: each leave-one-out total is the total minus one row).
+
+Paired comparison (:func:`paired`): both logs are resampled with the *same* group counts,
+giving the difference's interval and a two-sided p-value of "no difference" from the
+bootstrap distribution shifted to the null (Hall & Wilson 1991, "Two guidelines for
+bootstrap hypothesis testing", Biometrics 47): ``p = (1 + #{|d_b - d| >= |d|}) /
+(1 + B)``.  :func:`randomised` is the approximate randomisation test (Noreen 1989; as
+sacrebleu's ``--paired-ar``): each group's sums are swapped between the two logs with
+probability 1/2, ``p = (1 + #{|d_r| >= |d|}) / (1 + R)``.  Both give ``p = 1`` for a log
+compared with itself (every difference is 0, and ``0 >= 0``).
+
+``wr`` accuracy is not a ratio of sums: the mixture ``(alpha, beta)`` is fitted on all the
+tokens (:mod:`lmchallenge.reranking`).  Its interval here is that of the accuracy *at the
+fitted parameters* (the per-group count of tokens correct under the one global fit): the
+mixture is not refitted on each resample (that would be a Nelder-Mead fit per resample),
+so the interval leaves out the fit's own variability and is, if anything, narrow.  The
+``base_accuracy`` (error model alone) has no fitted parameter and its interval is exact
+in this sense.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from lmchallenge.stats import reranking
+from lmchallenge.stats.outcomes import NEXT_WORD_RANKS, completion_start, rank_of
+
+COLUMNS: tuple[str, ...] = (
+    "tokens", "characters", "keystrokes", "predicted", *(f"hit{n}" for n in NEXT_WORD_RANKS), "srr",
+    "completion_characters", "completion_tokens", "entropy_sum", "entropy_tokens",
+    "base_correct", "correct")
+"""The additive per-group sums, over selected tokens: ``tokens``, ``characters`` (of the
+targets), ``predicted`` (target among the next-word predictions), ``hitN`` (at rank <= N),
+``srr`` (sum of reciprocal ranks), ``completion_characters`` (characters saved) and
+``completion_tokens``, ``entropy_sum`` (sum of -logp, nats) and ``entropy_tokens``
+(scored), ``keystrokes`` (``characters + tokens``: the keystrokes of typing every word
+and a space after it, :func:`lmchallenge.stats.derived` KSR), ``base_correct`` and ``correct`` (``wr`` Hit@1 by the error model alone / under
+the fitted mixture)."""
+
+COLUMN = {name: i for i, name in enumerate(COLUMNS)}
+
+METRICS: tuple[tuple[str, str, str], ...] = (
+    ("prediction.hit", "predicted", "tokens"),
+    *((f"prediction.hit{n}", f"hit{n}", "tokens") for n in NEXT_WORD_RANKS),
+    ("prediction.mrr", "srr", "tokens"),
+    ("completion.characters", "completion_characters", "characters"),
+    ("completion.tokens", "completion_tokens", "tokens"),
+    ("completion.ksr", "completion_characters", "keystrokes"),
+    ("entropy.hit", "entropy_tokens", "tokens"),
+    ("entropy.mean", "entropy_sum", "entropy_tokens"),
+    ("reranking.accuracy", "correct", "tokens"),
+    ("reranking.base_accuracy", "base_correct", "tokens"),
+)
+"""``(key path in the human lmc stats output, numerator column, denominator column)``;
+``completion.ksr`` (keystroke savings rate, :mod:`lmchallenge.stats.derived`) is not in the
+reference output: it is reported only where derived figures are asked for."""
+
+DERIVED = ("completion.ksr",)
+
+CHUNK_CELLS = 1 << 22
+"""Resampled group counts held at once (int64 + float64: about 64 MiB)."""
+
+METHODS = ("percentile", "bca")
+
+GroupKey = Hashable
+"""A group: the user (a string), or the message number (an int) of a token without user."""
+
+_FLUSH_ROWS = 4096
+FEW_GROUPS = 20
+"""Below this many groups an interval is logged as rough (the bootstrap distribution of a
+handful of users has a handful of distinct values)."""
+LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How intervals are computed.
+
+    Attributes:
+        confidence: the nominal coverage, in (0, 1).
+        resamples: bootstrap resamples (or randomisation trials).
+        seed: seed of the numpy Generator (PCG64).
+        method: ``"percentile"`` or ``"bca"``.
+    """
+
+    confidence: float = 0.95
+    resamples: int = 1000
+    seed: int = 12345
+    method: str = "percentile"
+
+    def describe(self) -> str:
+        """``bootstrap-groups:percentile:0.95:1000:seed.12345`` style (for signatures)."""
+        return f"{self.method}|c.{self.confidence:g}|n.{self.resamples}|seed.{self.seed}"
+
+
+def _sort_key(key: GroupKey) -> tuple[int, Any]:
+    if isinstance(key, tuple):      # (user, message)
+        return (2, (key[0] is not None, key[0] or "", key[1]))
+    return (1, key) if isinstance(key, int) else (0, key)
+
+
+@dataclass
+class GroupTable:
+    """Per-group sums, groups in a canonical order (users sorted, then message numbers).
+
+    Attributes:
+        keys: the groups (``len G``).
+        sums: float64 ``[G, len(COLUMNS)]``.
+    """
+
+    keys: list[GroupKey]
+    sums: np.ndarray
+
+    def totals(self) -> np.ndarray:
+        """Column totals, float64 ``[len(COLUMNS)]``."""
+        return self.sums.sum(axis=0)
+
+    def aligned(self, keys: Sequence[GroupKey]) -> "GroupTable":
+        """The rows of ``keys`` in that order (groups absent here are zero rows)."""
+        where = {k: i for i, k in enumerate(self.keys)}
+        sums = np.zeros((len(keys), len(COLUMNS)))
+        for i, key in enumerate(keys):
+            j = where.get(key)
+            if j is not None:
+                sums[i] = self.sums[j]
+        return GroupTable(list(keys), sums)
+
+
+@dataclass
+class GroupSums:
+    """The mergeable per-group sums of (a piece of) a log.
+
+    Fed datum by datum (:meth:`update`) or by record batches of the column-wise reader
+    (:meth:`add_rows`); :meth:`merge` adds another piece; :meth:`finish` counts the ``wr``
+    tokens correct under the fitted mixture; :meth:`table` gives the sums.  The ``wr``
+    score rows are kept (float32, as :class:`lmchallenge.reranking.ScoreMatrices` keeps
+    them) until :meth:`finish`.
+
+    Attributes:
+        by_message: groups are messages, keyed ``(user, message)``, instead of users
+            (for slices by message length).
+    """
+
+    by_message: bool = False
+    index: dict[GroupKey, int] = field(default_factory=dict)
+    _sums: np.ndarray = field(default_factory=lambda: np.zeros((64, len(COLUMNS))))
+    _pending_keys: list[GroupKey] = field(default_factory=list)
+    _pending: list[list[float]] = field(default_factory=list)
+    _wr_groups: list[np.ndarray] = field(default_factory=list)
+    _wr_scores: reranking.ScoreMatrices = field(default_factory=reranking.ScoreMatrices)
+    _wr_pending: list[GroupKey] = field(default_factory=list)
+
+    # --- feeding ---------------------------------------------------------------------------
+
+    def _ids(self, keys: Iterable[GroupKey]) -> np.ndarray:
+        ids = []
+        for key in keys:
+            i = self.index.get(key)
+            if i is None:
+                i = self.index[key] = len(self.index)
+            ids.append(i)
+        if len(self.index) > len(self._sums):
+            grown = np.zeros((max(len(self.index), 2 * len(self._sums)), len(COLUMNS)))
+            grown[:len(self._sums)] = self._sums
+            self._sums = grown
+        return np.asarray(ids, dtype=np.int64)
+
+    def _add(self, keys: Sequence[GroupKey], local: np.ndarray, rows: np.ndarray) -> None:
+        """Add ``rows`` (float64 ``[N, len(COLUMNS)]``) whose groups are ``keys[local]``."""
+        ids = self._ids(keys)
+        sums = np.zeros((len(keys), len(COLUMNS)))
+        for j in range(len(COLUMNS)):
+            sums[:, j] = np.bincount(local, weights=rows[:, j], minlength=len(keys))
+        self._sums[ids] += sums
+
+    def update(self, datum: dict[str, Any]) -> None:
+        """Feed one log datum (unselected ones are ignored), as
+        :meth:`lmchallenge.stats.StatsState.update` counts it."""
+        if not datum.get("select", True):
+            return
+        target = datum["target"]
+        user = datum.get("user")
+        row = [0.0] * len(COLUMNS)
+        row[COLUMN["tokens"]] = 1
+        row[COLUMN["characters"]] = len(target)
+        row[COLUMN["keystrokes"]] = len(target) + 1
+        completions = datum.get("completions")
+        if completions is not None:
+            rank = rank_of(completions[0], target) if completions else None
+            if rank is not None:
+                row[COLUMN["predicted"]] = 1
+                row[COLUMN["srr"]] = 1 / rank
+                for n in NEXT_WORD_RANKS:
+                    row[COLUMN[f"hit{n}"]] = rank <= n
+            start = completion_start(completions, target)
+            if start is not None:
+                row[COLUMN["completion_characters"]] = len(target) - start
+                row[COLUMN["completion_tokens"]] = 1
+        logp = datum.get("logp")
+        if logp is not None:
+            row[COLUMN["entropy_sum"]] = -float(logp)
+            row[COLUMN["entropy_tokens"]] = 1
+        if self.by_message:
+            key: GroupKey = (user, int(datum.get("message") or 0))
+        else:
+            key = user if user is not None else int(datum.get("message") or 0)
+        results = datum.get("results")
+        if results is not None:
+            self._wr_scores.add(*reranking.target_first(target, results))
+            self._wr_pending.append(key)
+        self._pending_keys.append(key)
+        self._pending.append(row)
+        if len(self._pending) >= _FLUSH_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending:
+            keys: dict[GroupKey, int] = {}
+            local = np.array([keys.setdefault(k, len(keys)) for k in self._pending_keys], dtype=np.int64)
+            self._add(list(keys), local, np.array(self._pending, dtype=np.float64))
+            self._pending_keys, self._pending = [], []
+        if self._wr_pending:
+            self._wr_groups.append(self._ids(self._wr_pending))
+            self._wr_pending = []
+            self._wr_scores.packed()    # rows stay in the order of _wr_groups
+
+    def add_rows(self, users: list[str | None], user_codes: np.ndarray, messages: np.ndarray,
+                 columns: dict[str, np.ndarray], wr: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        """Add the selected rows of a record batch.
+
+        Args:
+            users: the distinct users (a dictionary).
+            user_codes: per row, the index of its user in ``users`` (-1: null user), int64.
+            messages: per row, the message number, int64.
+            columns: per row values (``[N]`` arrays) of some of :data:`COLUMNS` (the
+                others are 0; ``base_correct`` and ``correct`` come from ``wr``).
+            wr: the ``wr`` score matrices of the rows (float32 ``[N, C]`` error and LM
+                scores, target first), or None.
+        """
+        self._flush()
+        n = len(user_codes)
+        if n == 0:
+            return
+        null = user_codes < 0
+        composite, low = user_codes, 0
+        if null.any():
+            low = int(messages[null].min())
+            composite = np.where(null, len(users) + messages - low, user_codes)
+        # runs of equal groups (a user's rows are contiguous in a log): summed by reduceat
+        change = composite[1:] != composite[:-1]
+        if self.by_message:
+            change |= messages[1:] != messages[:-1]
+        starts = np.concatenate(([0], np.flatnonzero(change) + 1))
+        if self.by_message:
+            keys = [(users[c] if c >= 0 else None, m)
+                    for c, m in zip(user_codes[starts].tolist(), messages[starts].tolist())]
+        else:
+            keys = [users[c] if c < len(users) else int(c - len(users) + low)
+                    for c in composite[starts].tolist()]
+        ids = self._ids(keys)
+        sums = np.zeros((len(starts), len(COLUMNS)))
+        for name, values in columns.items():
+            sums[:, COLUMN[name]] = np.add.reduceat(np.asarray(values, dtype=np.float64), starts)
+        np.add.at(self._sums, ids, sums)      # a group may come back in a later run
+        if wr is not None and wr[0].shape[0]:
+            self._wr_groups.append(np.repeat(ids, np.diff(np.append(starts, n))))
+            self._wr_scores.add_matrices(*wr)
+
+    def merge(self, other: "GroupSums") -> "GroupSums":
+        """Add ``other``'s sums (in place); returns self."""
+        other._flush()
+        self._flush()
+        keys = list(other.index)
+        ids = self._ids(keys)
+        self._sums[ids] += other._sums[:len(keys)]
+        for groups in other._wr_groups:
+            self._wr_groups.append(ids[groups])
+        self._wr_scores.chunks.extend(other._wr_scores.packed())
+        return self
+
+    def finish(self, model: reranking.InterpolationModel | None) -> None:
+        """Count, per group, the ``wr`` tokens correct by the error score alone and under
+        ``model`` (the mixture fitted on the whole log; None: no ``wr`` data), then drop
+        the score rows."""
+        self._flush()
+        groups = np.concatenate(self._wr_groups) if self._wr_groups else np.zeros(0, np.int64)
+        chunks = self._wr_scores.packed()
+        width = max((e.shape[1] for e, _ in chunks if e.shape[0]), default=0)
+        start = 0
+        for error, lm in chunks:
+            ids = groups[start:start + error.shape[0]]
+            start += error.shape[0]
+            base = correct_rows(error, width, -math.inf)
+            self._sums[:, COLUMN["base_correct"]] += np.bincount(ids, weights=base, minlength=len(self._sums))
+            if model is not None:
+                pad = model(np.float32(-np.inf), np.float32(-np.inf))
+                right = correct_rows(model(error, lm), width, pad)
+                self._sums[:, COLUMN["correct"]] += np.bincount(ids, weights=right, minlength=len(self._sums))
+        self._wr_groups, self._wr_scores = [], reranking.ScoreMatrices()
+
+    def table(self) -> GroupTable:
+        """The sums, groups in canonical order (so the same data read in any pieces gives
+        the same table, and the same resamples for a seed)."""
+        self._flush()
+        keys = sorted(self.index, key=_sort_key)
+        return GroupTable(keys, self._sums[[self.index[k] for k in keys]])
+
+
+def correct_rows(scores: np.ndarray, width: int, pad: float) -> np.ndarray:
+    """Per row, 1.0 where column 0 beats every other column, as
+    :func:`lmchallenge.reranking.count_correct` counts them (float64 ``[N]``)."""
+    if scores.shape[1] == 0:
+        return np.zeros(scores.shape[0])
+    others = scores[:, 1:].max(axis=1) if scores.shape[1] > 1 else np.full(scores.shape[0], -np.inf)
+    if width > scores.shape[1]:
+        others = np.maximum(others, pad)
+    return (scores[:, 0] > others).astype(np.float64)
+
+
+# --- resampling -------------------------------------------------------------------------------
+
+def resample_counts(rng: np.random.Generator, groups: int, resamples: int) -> Iterable[np.ndarray]:
+    """Bootstrap group counts, a chunk at a time: float64 ``[b, groups]`` arrays whose rows
+    each sum to ``groups`` (drawing ``groups`` groups with replacement), ``resamples`` rows
+    in all, at most about :data:`CHUNK_CELLS` cells per chunk."""
+    step = max(1, min(resamples, CHUNK_CELLS // max(groups, 1)))
+    for begin in range(0, resamples, step):
+        b = min(step, resamples - begin)
+        # uint32 draws (the generator's fastest), counted one resample at a time: each
+        # count vector fits in the cache, where one bincount over the chunk would not
+        drawn = rng.integers(0, groups, size=(b, groups), dtype=np.uint32)
+        counts = np.empty((b, groups))
+        for row in range(b):
+            counts[row] = np.bincount(drawn[row], minlength=groups)
+        yield counts
+
+
+def resampled_totals(sums: np.ndarray, settings: Settings) -> np.ndarray:
+    """Column totals of ``settings.resamples`` bootstrap resamples of the rows of ``sums``
+    (float64 ``[G, K]``): float64 ``[resamples, K]``."""
+    rng = np.random.default_rng(settings.seed)
+    out = np.empty((settings.resamples, sums.shape[1]))
+    row = 0
+    for counts in resample_counts(rng, sums.shape[0], settings.resamples):
+        out[row:row + len(counts)] = counts @ sums
+        row += len(counts)
+    return out
+
+
+def ratio(numerator: Any, denominator: Any) -> Any:
+    """``numerator / denominator`` (floats or arrays), NaN (or inf) without a warning where
+    the denominator is 0."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.true_divide(numerator, denominator)
+
+
+def _percentile(values: np.ndarray, levels: Sequence[float]) -> list[float]:
+    finite = values[np.isfinite(values)]
+    if not len(finite):
+        return [math.nan] * len(levels)
+    return [float(x) for x in np.quantile(finite, levels)]
+
+
+def _bca_levels(theta: float, resampled: np.ndarray, jackknife: np.ndarray,
+                alpha: float) -> list[float]:
+    """The BCa quantile levels (Efron & Tibshirani 1993, eq. 14.9-14.15)."""
+    normal = NormalDist()
+    below = (np.count_nonzero(resampled < theta) + np.count_nonzero(resampled <= theta)) / (2 * len(resampled))
+    if not 0 < below < 1:
+        return [alpha / 2, 1 - alpha / 2]
+    z0 = normal.inv_cdf(below)
+    jackknife = jackknife[np.isfinite(jackknife)]
+    d = jackknife.mean() - jackknife
+    denominator = 6 * float((d ** 2).sum()) ** 1.5
+    a = float((d ** 3).sum()) / denominator if denominator else 0.0
+    levels = []
+    for z in (normal.inv_cdf(alpha / 2), normal.inv_cdf(1 - alpha / 2)):
+        levels.append(normal.cdf(z0 + (z0 + z) / (1 - a * (z0 + z))))
+    return levels
+
+
+def interval(table: GroupTable, totals: np.ndarray, numerator: str, denominator: str,
+             settings: Settings) -> list[float]:
+    """``[low, high]`` of ``sum(numerator) / sum(denominator)`` from resampled totals
+    (:func:`resampled_totals` of ``table``); NaN where no resample has a denominator."""
+    num, den = COLUMN[numerator], COLUMN[denominator]
+    resampled = ratio(totals[:, num], totals[:, den])
+    alpha = 1 - settings.confidence
+    levels = [alpha / 2, 1 - alpha / 2]
+    if settings.method == "bca":
+        whole = table.totals()
+        theta = float(ratio(whole[num], whole[den]))
+        jackknife = ratio(whole[num] - table.sums[:, num], whole[den] - table.sums[:, den])
+        levels = _bca_levels(theta, resampled[np.isfinite(resampled)], jackknife, alpha)
+    return _percentile(resampled, levels)
+
+
+def present_metrics(human: dict[str, Any], derived: bool = False) -> list[tuple[str, str, str]]:
+    """The :data:`METRICS` that a human ``lmc stats`` result reports (with ``derived``,
+    also the :data:`DERIVED` ones of the groups it reports)."""
+    return [m for m in METRICS if lookup(human, m[0]) is not None
+            or (derived and m[0] in DERIVED and lookup(human, m[0].split(".")[0]) is not None)]
+
+
+def lookup(nested: dict[str, Any], path: str) -> Any:
+    """The value at a key path (``"prediction.hit1"``) of nested dicts, or None."""
+    for part in path.split("."):
+        if not isinstance(nested, dict) or part not in nested:
+            return None
+        nested = nested[part]
+    return nested
+
+
+def intervals(table: GroupTable, metrics: Sequence[tuple[str, str, str]],
+              settings: Settings) -> dict[str, list[float]]:
+    """``{key path: [low, high]}`` for each of ``metrics`` (see :data:`METRICS`).
+
+    Args:
+        table: the log's per-group sums.
+        metrics: ``(key, numerator column, denominator column)`` triples.
+        settings: confidence, resamples, seed, method.
+    Raises:
+        ValueError: an unknown method, or a confidence outside (0, 1).
+    """
+    _check(settings)
+    if not metrics or not table.keys:
+        return {}
+    if len(table.keys) < FEW_GROUPS:
+        LOG.warning("only %d users (or messages) to resample: the bootstrap intervals are rough",
+                    len(table.keys))
+    used = sorted({COLUMN[name] for _, num, den in metrics for name in (num, den)})
+    totals = np.zeros((settings.resamples, len(COLUMNS)))
+    totals[:, used] = resampled_totals(table.sums[:, used], settings)     # only the columns used
+    return {key: interval(table, totals, num, den, settings) for key, num, den in metrics}
+
+
+def _check(settings: Settings) -> None:
+    if settings.method not in METHODS:
+        raise ValueError(f"unknown interval method {settings.method!r} (one of {', '.join(METHODS)})")
+    if not 0 < settings.confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), not {settings.confidence}")
+    if settings.resamples < 1:
+        raise ValueError("resamples must be positive")
+
+
+# --- paired comparison ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Comparison:
+    """One metric of a log against a baseline on the same groups.
+
+    Attributes:
+        value, baseline: the log's and the baseline's figure.
+        delta: ``value - baseline``.
+        ci: ``[low, high]`` interval of the delta.
+        p: two-sided p-value of "no difference".
+    """
+
+    value: float
+    baseline: float
+    delta: float
+    ci: list[float]
+    p: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(value=self.value, baseline=self.baseline, delta=self.delta, ci=self.ci, p=self.p)
+
+
+def paired(log: GroupTable, baseline: GroupTable, metrics: Sequence[tuple[str, str, str]],
+           settings: Settings, test: str = "bootstrap") -> dict[str, Comparison]:
+    """Paired comparison of ``log`` against ``baseline`` (the same groups) per metric.
+
+    Both tables are resampled with the same group counts (paired bootstrap); the delta's
+    interval is the percentile (or BCa) interval of the resampled deltas; ``p`` is from
+    the shifted bootstrap distribution (``test="bootstrap"``) or the approximate
+    randomisation test (``test="randomisation"``, :func:`randomised`), see the module
+    docstring.
+
+    Args:
+        log, baseline: per-group sums; ``log`` is aligned to ``baseline``'s groups.
+        metrics: ``(key, numerator column, denominator column)`` triples.
+        settings: confidence, resamples (also the randomisation trials), seed, method.
+        test: ``"bootstrap"`` or ``"randomisation"``.
+    Returns:
+        ``{key: Comparison}``.
+    """
+    _check(settings)
+    if test not in ("bootstrap", "randomisation"):
+        raise ValueError(f"unknown test {test!r}")
+    log = log.aligned(baseline.keys)
+    k = len(COLUMNS)
+    both = np.concatenate([log.sums, baseline.sums], axis=1)
+    totals = resampled_totals(both, settings) if baseline.keys else np.zeros((0, 2 * k))
+    shuffled = randomised(log, baseline, settings) if test == "randomisation" else None
+    whole_log, whole_base = log.totals(), baseline.totals()
+    out = {}
+    for key, numerator, denominator in metrics:
+        num, den = COLUMN[numerator], COLUMN[denominator]
+        value = float(ratio(whole_log[num], whole_log[den]))
+        base = float(ratio(whole_base[num], whole_base[den]))
+        delta = value - base
+        deltas = ratio(totals[:, num], totals[:, den]) - ratio(totals[:, k + num], totals[:, k + den])
+        deltas = deltas[np.isfinite(deltas)]
+        alpha = 1 - settings.confidence
+        levels = [alpha / 2, 1 - alpha / 2]
+        if settings.method == "bca" and len(deltas):
+            jack = (ratio(whole_log[num] - log.sums[:, num], whole_log[den] - log.sums[:, den])
+                    - ratio(whole_base[num] - baseline.sums[:, num], whole_base[den] - baseline.sums[:, den]))
+            levels = _bca_levels(delta, deltas, jack, alpha)
+        ci = _percentile(deltas, levels)
+        if shuffled is None:
+            null = np.abs(deltas - delta)
+        else:
+            a, b = shuffled
+            null = np.abs(ratio(a[:, num], a[:, den]) - ratio(b[:, num], b[:, den]))
+            null = null[np.isfinite(null)]
+        p = _p_value(null, abs(delta)) if math.isfinite(delta) else math.nan
+        out[key] = Comparison(value, base, delta, ci, p)
+    return out
+
+
+def _p_value(null: np.ndarray, observed: float) -> float:
+    """``(1 + #{null >= observed}) / (1 + len(null))`` (a difference of 0 is never
+    counted as evidence; so a log against itself has ``p = 1``)."""
+    return (1 + int(np.count_nonzero(null >= observed))) / (1 + len(null))
+
+
+def randomised(log: GroupTable, baseline: GroupTable, settings: Settings) -> tuple[np.ndarray, np.ndarray]:
+    """Approximate randomisation: ``settings.resamples`` trials, in each of which every
+    group's sums are swapped between the two logs with probability 1/2.
+
+    Returns:
+        ``(a, b)``: the two pseudo-logs' column totals, float64 ``[trials, len(COLUMNS)]``.
+    """
+    rng = np.random.default_rng(settings.seed + 1)
+    groups = len(baseline.keys)
+    difference = log.sums - baseline.sums
+    a = np.empty((settings.resamples, len(COLUMNS)))
+    whole_base, whole_log = baseline.totals(), log.totals()
+    step = max(1, min(settings.resamples, CHUNK_CELLS // max(groups, 1)))
+    for begin in range(0, settings.resamples, step):
+        b = min(step, settings.resamples - begin)
+        swap = rng.integers(0, 2, size=(b, groups)).astype(np.float64)
+        a[begin:begin + b] = whole_base + swap @ difference     # swapped groups take the log's sums
+    return a, whole_base + whole_log - a
+
+
+# --- logs ------------------------------------------------------------------------------------------
+
+@dataclass
+class LogSummary:
+    """A log's statistics state, its ``wr`` fit and its per-group sums (one pass).
+
+    Attributes:
+        state: the :class:`lmchallenge.stats.StatsState` (its ``wr`` scores included).
+        fit: the mixture fit (zero counts and no model without ``wr`` data).
+        table: per-group sums, ``correct`` counted under ``fit``.
+    """
+
+    state: Any
+    fit: reranking.RerankingFit
+    table: GroupTable
+
+    def result(self, human: bool = True) -> dict[str, Any]:
+        """The ``lmc stats`` result (as :meth:`lmchallenge.stats.StatsState.result`)."""
+        return self.state.result(human=human, fit=self.fit)
+
+    def metrics(self, derived: bool = False) -> list[tuple[str, str, str]]:
+        """The :data:`METRICS` this log's human statistics report (see
+        :func:`present_metrics`)."""
+        return present_metrics(self.state.result(human=True, fit=self.fit), derived)
+
+
+def summarise(path: str, lines: int | None = None, by_message: bool = False) -> LogSummary:
+    """Read a log once (as ``lmc stats`` does: column-wise where it can) for its statistics
+    and per-group sums.
+
+    Args:
+        path: the log (any form :func:`lmchallenge.stats.state_of_log` reads).
+        lines: only the first ``lines`` datums.
+        by_message: per-message sums instead of per-user (see :class:`GroupSums`).
+    Raises:
+        InputError: as :func:`lmchallenge.stats.state_of_log`.
+    """
+    from lmchallenge.stats.compute import state_of_log
+
+    groups = GroupSums(by_message=by_message)
+    state = state_of_log(path, lines, groups=groups)
+    fit = reranking.fit(state.scores)
+    groups.finish(fit.model)
+    return LogSummary(state, fit, groups.table())

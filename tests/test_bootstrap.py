@@ -1,0 +1,223 @@
+"""Bootstrap intervals of `lmc stats --confidence` (lmchallenge.bootstrap): per-group sums
+equal on every reading path and to the statistics, intervals against scipy.stats.bootstrap,
+coverage on simulated data, the command line (default output unchanged)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from lmchallenge.stats import bootstrap
+from lmchallenge.cli import uncertainty as uncertainty_cli
+from lmchallenge.logs.io import read_log
+from lmchallenge.logs.parquet import write_parquet
+from conftest import REPO
+from test_stats import run_lmc
+
+LOGS = REPO / "tests" / "data" / "logs"
+FIXTURES = sorted(p for p in LOGS.glob("*.*.jsonl"))
+
+
+@pytest.fixture(scope="module")
+def parquet_copies(tmp_path_factory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("parquet")
+    copies = {}
+    for path in FIXTURES:
+        copies[path.name] = out / path.name.replace(".jsonl", ".parquet")
+        write_parquet(list(read_log(str(path))), str(copies[path.name]))
+    return copies
+
+
+def table_of(**columns: np.ndarray) -> bootstrap.GroupTable:
+    groups = len(next(iter(columns.values())))
+    sums = np.zeros((groups, len(bootstrap.COLUMNS)))
+    for name, values in columns.items():
+        sums[:, bootstrap.COLUMN[name]] = values
+    return bootstrap.GroupTable(list(range(groups)), sums)
+
+
+# --- per-group sums ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
+def test_group_sums_agree_on_every_path_and_add_up_to_the_statistics(path, parquet_copies):
+    columnar = bootstrap.summarise(str(path))
+    datum_by_datum = bootstrap.summarise(str(path), lines=10**9)
+    parquet = bootstrap.summarise(str(parquet_copies[path.name]))
+    for other in (datum_by_datum, parquet):
+        assert other.table.keys == columnar.table.keys
+        np.testing.assert_allclose(other.table.sums, columnar.table.sums, rtol=1e-12, atol=0)
+    raw = columnar.result(human=False)
+    totals = dict(zip(bootstrap.COLUMNS, columnar.table.totals()))
+    assert totals["tokens"] == raw["tokens"]
+    assert totals["characters"] == raw["characters"]
+    assert totals["predicted"] == raw["prediction"]["hit"]
+    assert [totals[f"hit{n}"] for n in (1, 3, 10, 20)] == [raw["prediction"][f"hit{n}"] for n in (1, 3, 10, 20)]
+    assert totals["srr"] == pytest.approx(raw["prediction"]["srr"], rel=1e-12, abs=0)
+    assert totals["completion_characters"] == raw["completion"]["characters"]
+    assert totals["completion_tokens"] == raw["completion"]["tokens"]
+    assert totals["entropy_sum"] == pytest.approx(raw["entropy"]["sum"], rel=1e-12, abs=0)
+    assert totals["entropy_tokens"] == raw["entropy"]["tokens"]
+    assert totals["correct"] == raw["reranking"]["correct"]
+    assert totals["base_correct"] == raw["reranking"].get("base_correct", 0)
+    # groups: users, or messages where the user is null
+    users = {d.get("user") for d in read_log(str(path))}
+    if None in users:
+        assert all(isinstance(k, int) for k in columnar.table.keys)
+    else:
+        assert columnar.table.keys == sorted(users)
+
+
+def test_merging_pieces_equals_one_pass():
+    data = list(read_log(str(LOGS / "rails.wr.jsonl")))
+    whole, first, second = bootstrap.GroupSums(), bootstrap.GroupSums(), bootstrap.GroupSums()
+    for datum in data:
+        whole.update(datum)
+    for datum in data[:333]:
+        first.update(datum)
+    for datum in data[333:]:
+        second.update(datum)
+    first.merge(second)
+    for sums in (whole, first):
+        sums.finish(bootstrap.reranking.InterpolationModel(0.3, -5.0))
+    np.testing.assert_allclose(first.table().sums, whole.table().sums, rtol=1e-12)
+    assert first.table().keys == whole.table().keys
+
+
+# --- intervals -----------------------------------------------------------------------------------
+
+def simulated_groups(rng: np.random.Generator, groups: int, rate: float = 0.3) -> bootstrap.GroupTable:
+    """Groups of 1..29 tokens, each group with its own rate (Beta, mean ``rate``)."""
+    tokens = rng.integers(1, 30, groups)
+    hits = rng.binomial(tokens, rng.beta(10 * rate, 10 * (1 - rate), groups))
+    return table_of(tokens=tokens, hit1=hits)
+
+
+@pytest.mark.parametrize("method,scipy_method", [("percentile", "percentile"), ("bca", "BCa")])
+@pytest.mark.parametrize("data,numerator", [("simulated", "hit1"), ("kjv.wc.jsonl", "completion_characters")])
+def test_intervals_agree_with_scipy_bootstrap(method, scipy_method, data, numerator):
+    """Against scipy.stats.bootstrap over the same per-group sums (simulated groups, and
+    the 30 messages of a real log: characters saved by completion / characters)."""
+    if data == "simulated":
+        table, denominator = simulated_groups(np.random.default_rng(3), 80), "tokens"
+    else:
+        table, denominator = bootstrap.summarise(str(LOGS / data)).table, "characters"
+    hits, tokens = table.sums[:, bootstrap.COLUMN[numerator]], table.sums[:, bootstrap.COLUMN[denominator]]
+    ours = bootstrap.intervals(table, [("prediction.hit1", numerator, denominator)],
+                       bootstrap.Settings(0.95, 20000, 1, method))["prediction.hit1"]
+    theirs = scipy.stats.bootstrap(
+        (hits, tokens), lambda h, n, axis=-1: h.sum(axis=axis) / n.sum(axis=axis),
+        paired=True, vectorized=True, n_resamples=20000, confidence_level=0.95,
+        method=scipy_method, random_state=np.random.default_rng(2)).confidence_interval
+    width = theirs.high - theirs.low
+    # Monte Carlo error of a 2.5% quantile from 20,000 resamples: about 1% of the width
+    assert abs(ours[0] - theirs.low) < 0.04 * width
+    assert abs(ours[1] - theirs.high) < 0.04 * width
+
+
+def coverage(repetitions: int = 1000, groups: int = 200, rate: float = 0.3) -> int:
+    """In how many of ``repetitions`` simulated logs the 95% percentile interval holds
+    the true rate."""
+    rng = np.random.default_rng(11)
+    covered = 0
+    for repetition in range(repetitions):
+        table = simulated_groups(rng, groups, rate)
+        low, high = bootstrap.intervals(table, [("hit1", "hit1", "tokens")],
+                                bootstrap.Settings(0.95, 400, repetition))["hit1"]
+        covered += low <= rate <= high
+    return covered
+
+
+def test_coverage_on_simulated_data_is_nominal():
+    """1,000 simulated logs of 200 groups with a known rate 0.3: the 95% percentile
+    interval holds it in 93-97% of them (Monte Carlo standard error 0.7 points).  Run in a
+    process with one BLAS thread, as `lmc stats` runs (thousands of small matrix products:
+    BLAS threads only wait for each other)."""
+    code = "import test_bootstrap; print(test_bootstrap.coverage())"
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, capture_output=True,
+                          text=True, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert 930 <= int(done.stdout) <= 970
+
+
+def test_resampling_is_chunked_and_reproducible(monkeypatch):
+    table = simulated_groups(np.random.default_rng(5), 50)
+    metric = [("hit1", "hit1", "tokens")]
+    whole = bootstrap.intervals(table, metric, bootstrap.Settings(0.9, 300, 4))
+    again = bootstrap.intervals(table, metric, bootstrap.Settings(0.9, 300, 4))
+    assert whole == again
+    assert bootstrap.intervals(table, metric, bootstrap.Settings(0.9, 300, 5)) != whole
+    monkeypatch.setattr(bootstrap, "CHUNK_CELLS", 50 * 7)     # 7 resamples per chunk
+    chunks = list(bootstrap.resample_counts(np.random.default_rng(0), 50, 20))
+    assert [len(c) for c in chunks] == [7, 7, 6]
+    assert all((c.sum(axis=1) == 50).all() for c in chunks)
+    assert bootstrap.intervals(table, metric, bootstrap.Settings(0.9, 300, 4)) == whole  # same stream of draws
+
+
+def test_settings_are_checked():
+    table = simulated_groups(np.random.default_rng(5), 5)
+    with pytest.raises(ValueError, match="unknown interval method"):
+        bootstrap.intervals(table, [("hit1", "hit1", "tokens")], bootstrap.Settings(method="studentised"))
+    assert uncertainty_cli.METHODS == bootstrap.METHODS
+    assert (uncertainty_cli.DEFAULT_RESAMPLES, uncertainty_cli.DEFAULT_SEED) == (
+        bootstrap.Settings().resamples, bootstrap.Settings().seed)
+
+
+# --- the command line ------------------------------------------------------------------------------
+
+EXPECTED_CI = {
+    "kjv.wc.jsonl": {"prediction.hit", "prediction.hit1", "prediction.hit3", "prediction.hit10",
+                     "prediction.hit20", "prediction.mrr", "completion.characters", "completion.tokens"},
+    "rails.we.jsonl": {"entropy.hit", "entropy.mean"},
+    "kjv.ce.jsonl": {"entropy.hit", "entropy.mean"},
+    "rails.wr.jsonl": {"reranking.accuracy", "reranking.base_accuracy"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_CI))
+def test_lmc_stats_confidence_adds_ci_and_nothing_else(name, parquet_copies):
+    path = str(LOGS / name)
+    plain = json.loads(run_lmc("stats", path).stdout)
+    assert "ci" not in plain
+    with_ci = json.loads(run_lmc("stats", "--confidence", "0.9", "--resamples", "500", path).stdout)
+    ci = with_ci.pop("ci")
+    assert with_ci == plain
+    assert set(ci) == EXPECTED_CI[name]
+    for key, (low, high) in ci.items():
+        group, field = key.split(".")
+        assert low <= plain[group][field] <= high, key
+        assert low <= high
+    # the same intervals from the Parquet copy (same groups, same seed)
+    parquet = json.loads(run_lmc("stats", "--confidence", "0.9", "--resamples", "500",
+                                 str(parquet_copies[name])).stdout)["ci"]
+    for key in ci:
+        assert parquet[key] == pytest.approx(ci[key], rel=1e-9)
+
+
+def test_lmc_stats_confidence_seed_and_csv():
+    path = str(LOGS / "rails.wc.jsonl")
+    first = run_lmc("stats", "--confidence", "0.95", "--seed", "3", path).stdout
+    assert run_lmc("stats", "--confidence", "0.95", "--seed", "3", path).stdout == first
+    assert run_lmc("stats", "--confidence", "0.95", "--seed", "4", path).stdout != first
+    csv_text = run_lmc("stats", "--confidence", "0.95", "-o", "csv", path).stdout.decode()
+    header = csv_text.splitlines()[0].split(",")
+    assert "ci.prediction.hit1.low" in header and "ci.prediction.hit1.high" in header
+
+
+def test_lmc_stats_confidence_rejects_a_bad_level():
+    result = run_lmc("stats", "--confidence", "1.5", str(LOGS / "rails.wc.jsonl"), check=False)
+    assert result.returncode == 2
+    assert b"--confidence" in result.stderr and b"Traceback" not in result.stderr
+
+
+def test_few_groups_are_warned_about():
+    few = run_lmc("stats", "--confidence", "0.9", str(LOGS / "kjv.ce.jsonl"))     # 4 messages
+    assert few.stderr.decode() == ("WARNING\tonly 4 users (or messages) to resample: "
+                                   "the bootstrap intervals are rough\n")
+    assert run_lmc("stats", "--confidence", "0.9", str(LOGS / "kjv.wc.jsonl")).stderr == b""   # 30

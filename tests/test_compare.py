@@ -1,0 +1,128 @@
+"""`lmc compare` (lmchallenge.compare): paired comparisons against a baseline, every output
+format, the same-data check of `lmc diff`, entropies only with equal fingerprints."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+
+import pytest
+
+from lmchallenge.stats import bootstrap
+from lmchallenge.logs.io import read_log
+from conftest import REPO
+from test_stats import run_lmc, write_jsonl
+
+PRETTY = REPO / "tests" / "data" / "pretty"
+GAMES = ("wc", "we", "ce", "wr")
+
+
+def compare_json(*args: str) -> list[dict]:
+    out = run_lmc("compare", "-o", "json", "--resamples", "300", *args).stdout.decode()
+    return [json.loads(line) for line in out.splitlines()]
+
+
+@pytest.mark.parametrize("game", GAMES)
+def test_a_log_against_itself_has_no_difference(game):
+    path = str(PRETTY / f"kjv.o1.{game}.jsonl")
+    [row] = compare_json(path, path)
+    assert row["log"] == row["baseline"] == path
+    assert row["metrics"]
+    stats = json.loads(run_lmc("stats", "--confidence", "0.95", "--resamples", "300", path).stdout)
+    for key, metric in row["metrics"].items():
+        assert metric["delta"] == 0, key
+        assert metric["p"] == 1, key
+        assert metric["ci"] == [0, 0], key
+        assert metric["value"] == metric["baseline"]
+        group, field = key.split(".")
+        if field != "ksr":    # derived: not in lmc stats' output
+            assert metric["value"] == stats[group][field]
+            assert metric["value_ci"] == pytest.approx(stats["ci"][key], rel=1e-12)
+
+
+def test_a_better_model_is_significantly_better():
+    base, log = str(PRETTY / "kjv.o1.wc.jsonl"), str(PRETTY / "kjv.o2.wc.jsonl")
+    [row] = compare_json(base, log)
+    mrr = row["metrics"]["prediction.mrr"]
+    assert mrr["delta"] == pytest.approx(mrr["value"] - mrr["baseline"])
+    assert mrr["delta"] > 0 and mrr["ci"][0] > 0
+    assert mrr["p"] == pytest.approx(1 / 301)      # no resample reaches the null
+    # the same figures from the library, paired resampling of the same groups
+    one, two = bootstrap.summarise(base), bootstrap.summarise(log)
+    paired = bootstrap.paired(two.table, one.table, [("prediction.mrr", "srr", "tokens")], bootstrap.Settings(0.95, 300))
+    assert paired["prediction.mrr"].ci == pytest.approx(mrr["ci"], rel=1e-12)
+    ar = compare_json("--paired-ar", base, log)[0]["metrics"]["prediction.mrr"]
+    assert 0 < ar["p"] <= 1 and ar["ci"] == mrr["ci"]
+
+
+def test_entropies_with_other_fingerprints_are_not_compared(tmp_path):
+    base = PRETTY / "kjv.o1.we.jsonl"
+    data = list(read_log(str(base)))
+    data[3]["logp"] = None        # one token not scored: another entropy fingerprint
+    other = write_jsonl(tmp_path / "other.we.jsonl", data)
+    [row] = compare_json(str(base), str(other))
+    for key in ("entropy.mean", "entropy.hit"):
+        metric = row["metrics"][key]
+        assert metric["delta"] is None and metric["p"] is None and metric["ci"] is None
+        assert metric["note"].startswith("not comparable: entropy fingerprints differ")
+    text = run_lmc("compare", "--resamples", "100", str(base), str(other)).stdout.decode()
+    assert "(not comparable)" in text
+    assert f"{other}: entropy not comparable: entropy fingerprints differ" in text
+
+
+def test_logs_of_other_data_are_refused(tmp_path):
+    result = run_lmc("compare", str(PRETTY / "kjv.o1.we.jsonl"), str(PRETTY / "rails.we.jsonl"), check=False)
+    assert result.returncode == 2
+    assert result.stderr.decode() == ("lmc: error: the logs are not of the same data: BASELINE has 112 "
+                                      "tokens, LOG has 73 (diff compares two models on the same text)\n")
+    result = run_lmc("compare", str(PRETTY / "kjv.o1.we.jsonl"), str(PRETTY / "kjv.o1.ce.jsonl"), check=False)
+    assert result.returncode == 2 and b"Traceback" not in result.stderr
+
+
+def test_text_markdown_csv_and_html_outputs():
+    base, log = str(PRETTY / "kjv.o1.we.jsonl"), str(PRETTY / "kjv.o2.we.jsonl")
+    args = ("--resamples", "200", base, log)
+    text = run_lmc("compare", *args).stdout.decode()
+    lines = text.splitlines()
+    assert lines[0].split()[:2] == ["log", "entropy.hit"]
+    assert "entropy.mean (nats per word)" in lines[0]
+    assert lines[1].startswith(f"{base} (baseline)") and lines[2].startswith(log)
+    assert "Δ" in lines[2] and "p=" in lines[2]
+    assert any(line.startswith(f"{base}: entropy.bits ") and "entropy.perplexity" in line for line in lines)
+    markdown = run_lmc("compare", "-o", "markdown", *args).stdout.decode().splitlines()
+    assert markdown[0].startswith("| log | entropy.hit | entropy.mean (nats per word) |")
+    assert markdown[1] == "|---|---|---|"
+    rows = list(csv.DictReader(io.StringIO(run_lmc("compare", "-o", "csv", *args).stdout.decode())))
+    assert [r["log"] for r in rows] == [base, log]
+    assert rows[0]["entropy.mean.delta"] == "" and float(rows[1]["entropy.mean.p"]) <= 1
+    low, value, high = (float(rows[1][f"entropy.mean.{k}"]) for k in ("low", "value", "high"))
+    assert low <= value <= high
+    html = run_lmc("compare", "-o", "html", *args).stdout.decode()
+    assert html.startswith("<!DOCTYPE html>") and "<table id=\"comparison\">" in html
+    assert "http" not in html and "<script" not in html      # self-contained
+
+
+def test_perplexity_and_bits_follow_the_mean():
+    from lmchallenge.stats.derived import derived_figures, derived_intervals
+
+    figures = derived_figures({"entropy.mean": 2.0}, "we")
+    assert figures == {"entropy.bits": pytest.approx(2 / math.log(2)), "entropy.perplexity": pytest.approx(math.exp(2))}
+    assert derived_intervals({"entropy.mean": [1.0, 2.0]})["entropy.perplexity"] == pytest.approx(
+        [math.e, math.exp(2)])
+
+
+def test_ksr_is_the_presage_rate():
+    """KSR = 1 - ki / kn, kn = every word and a space, ki = typed + one selection per
+    completed word (worked out by hand on the log's datums)."""
+    path = PRETTY / "kjv.o1.wc.jsonl"
+    data = list(read_log(str(path)))
+    kn = ki = 0
+    for datum in data:
+        target = datum["target"]
+        kn += len(target) + 1
+        typed = next((j for j, cs in enumerate(datum["completions"]) if target[j:] in cs[:2]), None)
+        ki += len(target) + 1 if typed is None else typed + 1
+    [row] = compare_json(str(path), str(path))
+    assert row["metrics"]["completion.ksr"]["value"] == pytest.approx(1 - ki / kn, rel=1e-12)

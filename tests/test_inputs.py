@@ -1,0 +1,285 @@
+"""Bad input and a newcomer's path (issue 11, "What must hold" 7 and 8), on the console scripts:
+every bad input is one line ``PROG: error: FILE[:LINE]: what is wrong`` with exit code 2, never a
+traceback; run options after the game; one meaning of ``--format``; units named."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import random
+import resource
+import subprocess
+import zlib
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import BIN, DATA, PYTHON, toy_model_command
+
+LMC, LMC_DIST = str(BIN / "lmc"), str(BIN / "lmc-dist")
+SAMPLE = DATA / "kjv" / "test.sample.txt"
+VOCAB = DATA / "vocab" / "american-english.no-possessive.txt"
+PRETTY_LOGS = Path(__file__).parent / "data" / "pretty"
+
+
+def run(*argv: str, stdin: bytes | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(list(argv), input=stdin, capture_output=True, timeout=300, cwd=cwd)
+
+
+def assert_error(result: subprocess.CompletedProcess, message: str, prog: str = "lmc") -> None:
+    """Exit code 2 and exactly one line ``PROG: error: MESSAGE`` on stderr."""
+    assert result.returncode == 2, result.stderr.decode()
+    assert result.stderr.decode() == f"{prog}: error: {message}\n"
+
+
+def write_rows(path: Path, rows: list[dict], prefix: bytes = b"") -> Path:
+    path.write_bytes(prefix + "".join(json.dumps(r) + "\n" for r in rows).encode())
+    return path
+
+
+def model_script(tmp_path: Path, name: str, answer: str) -> str:
+    """A shell model answering ``answer`` to every predict (train/clear: no answer)."""
+    script = tmp_path / f"{name}.py"
+    script.write_text("import sys\n"
+                      "for line in sys.stdin:\n"
+                      "    if line.startswith('predict'):\n"
+                      f"        sys.stdout.write({answer!r} + '\\n'); sys.stdout.flush()\n")
+    return f"{PYTHON} {script}"
+
+
+# -- bad input: exit 2, FILE:LINE ------------------------------------------------------------
+
+def test_lone_surrogate_is_named_with_its_line(tmp_path):
+    corpus = tmp_path / "s.jsonl"
+    corpus.write_text('{"user": "a", "text": "fine"}\n{"user": "a", "text": "x \\ud800 y"}\n')
+    assert_error(run(LMC, "run", toy_model_command(), "we", str(corpus)),
+                 f'{corpus}:2: "text" holds a lone surrogate \\ud800 (not a Unicode character)')
+    corpus.write_text('{"user": "\\udfff", "text": "x"}\n')
+    assert_error(run(LMC, "run", toy_model_command(), "wc", str(corpus)),
+                 f'{corpus}:1: "user" holds a lone surrogate \\udfff (not a Unicode character)')
+
+
+def test_lone_surrogate_under_lmc_dist(tmp_path):
+    corpus = tmp_path / "s.jsonl"
+    corpus.write_text('{"user": "a", "text": "x \\ud800 y"}\n')
+    assert_error(run(LMC_DIST, "run", toy_model_command(), "we", "--input", str(corpus),
+                     "--run-dir", str(tmp_path / "run"), "--workers", "1"),
+                 f'{corpus}:1: "text" holds a lone surrogate \\ud800 (not a Unicode character)',
+                 prog="lmc-dist")
+
+
+def corrupt_gzip(path: Path) -> Path:
+    """A gzip file whose deflate stream is damaged in the middle (zlib.error when read)."""
+    rng = random.Random(0)
+    text = "".join(f"line {i} " + " ".join(rng.choice(["alpha", "beta", "gamma"]) for _ in range(12))
+                   + "\n" for i in range(5000)).encode()
+    data = gzip.compress(text)
+    for seed in range(1000):
+        damaged = bytearray(data)
+        rng = random.Random(seed)
+        for i in range(len(damaged) // 2, len(damaged) // 2 + 4):
+            damaged[i] = rng.randrange(256)
+        try:
+            gzip.decompress(bytes(damaged))
+        except zlib.error:
+            path.write_bytes(bytes(damaged))
+            return path
+        except (OSError, EOFError):
+            continue
+    raise AssertionError("no damage gave a zlib.error")
+
+
+def test_gzip_corrupt_in_the_middle(tmp_path):
+    corpus = corrupt_gzip(tmp_path / "c.txt.gz")
+    result = run(LMC, "run", toy_model_command(), "we", str(corpus))
+    assert result.returncode == 2
+    message = result.stderr.decode()
+    assert message.startswith(f"lmc: error: {corpus}:") and message.count("\n") == 1
+    line = int(message[len(f"lmc: error: {corpus}:"):].split(":")[0])
+    assert 100 < line < 5000   # where reading failed, in the middle
+    assert "cannot read: Error -3 while decompressing data" in message
+    log = corrupt_gzip(tmp_path / "c.jsonl.gz")
+    result = run(LMC, "stats", str(log))
+    assert result.returncode == 2 and "Traceback" not in result.stderr.decode()
+    assert result.stderr.decode().startswith(f"lmc: error: {log}: cannot read: Error -3")
+
+
+def test_unwritable_output_before_the_model_starts(tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("a b\n")
+    assert_error(run(LMC, "run", "--output", f"{a_file}/log.jsonl", toy_model_command(), "we", str(corpus)),
+                 f"{a_file}/log.jsonl: cannot write: a parent is not a directory")
+    assert_error(run(LMC, "run", toy_model_command(), "we", str(corpus), "--output", str(tmp_path)),
+                 f"{tmp_path}: cannot write: Is a directory")
+    assert_error(run(LMC_DIST, "run", toy_model_command(), "we", "--input", str(corpus),
+                     "--run-dir", f"{a_file}/run", "--workers", "1"),
+                 f"{a_file}/run: cannot write the run dir: Not a directory", prog="lmc-dist")
+
+
+def test_parquet_log_with_a_string_message_column(tmp_path):
+    log = tmp_path / "bad.parquet"
+    table = pa.table({"user": pa.array(["u"]), "message": pa.array(["0"], pa.large_string()),
+                      "token": [0], "character": [0], "target": ["a"], "logp": [-1.0]})
+    pq.write_table(table, log)
+    for command in ("stats", "validate", "pretty", "convert"):
+        extra = ["-o", str(tmp_path / "out.jsonl")] if command == "convert" else []
+        assert_error(run(LMC, command, str(log), *extra),
+                     f"{log}: column 'message' is large_string, not int64 as an LM Challenge log's")
+
+
+def test_all_null_select_column_reads_as_selected(tmp_path):
+    log = tmp_path / "nulls.parquet"
+    table = pa.table({"user": pa.array([None, None], pa.null()), "message": [0, 0], "token": [0, 1],
+                      "character": [0, 2], "target": ["a", "b"], "select": pa.array([None, None], pa.null()),
+                      "logp": [-1.0, -2.0]})
+    pq.write_table(table, log)
+    stats = json.loads(run(LMC, "stats", str(log)).stdout)
+    assert stats["entropy"]["mean"] == 1.5 and stats["skipped"] == 0.0
+
+
+@pytest.mark.parametrize("prefix", [b"\xef\xbb\xbf", b"\n", b"\n  \n"], ids=["bom", "blank", "blanks"])
+def test_bom_and_leading_blank_lines_keep_the_json_format(tmp_path, prefix):
+    rows = [{"user": "u", "text": "In the beginning"}, {"user": "v", "text": "was the word"}]
+    plain = run(LMC, "run", toy_model_command(), "we", str(write_rows(tmp_path / "a.jsonl", rows)))
+    odd = run(LMC, "run", toy_model_command(), "we", str(write_rows(tmp_path / "b.jsonl", rows, prefix)))
+    assert odd.returncode == 0 and odd.stdout == plain.stdout
+    assert [json.loads(line)["user"] for line in odd.stdout.splitlines()][:1] == ["u"]
+
+
+@pytest.mark.parametrize("prefix", [b"\xef\xbb\xbf", b"\n\n"], ids=["bom", "blank"])
+def test_lmc_dist_detects_json_after_bom_and_blank_lines(tmp_path, prefix):
+    from lmc_dist.partition import detect_format
+    path = write_rows(tmp_path / "c.jsonl", [{"user": "u", "text": "x"}], prefix)
+    assert detect_format(str(path)) == "json"
+    gz = tmp_path / "c.jsonl.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    assert detect_format(str(gz)) == "json"
+
+
+def test_integer_and_string_users_stay_apart(tmp_path):
+    corpus = write_rows(tmp_path / "u.jsonl", [{"user": 1, "text": "a b"}, {"user": "1", "text": "c"},
+                                               {"user": "1", "text": "d"}])
+    log = [json.loads(line) for line in run(LMC, "run", "-t", toy_model_command(), "we", str(corpus)).stdout.splitlines()]
+    assert [(d["user"], d["message"]) for d in log] == [(1, 0), (1, 0), ("1", 0), ("1", 1)]
+    stats = json.loads(run(LMC, "stats", "-", stdin="".join(json.dumps(d) + "\n" for d in log).encode()).stdout)
+    assert stats["users"] == 2
+    assert run(LMC, "validate", stdin="".join(json.dumps(d) + "\n" for d in log).encode()).returncode == 0
+    corpus.write_text('{"user": 1.5, "text": "a"}\n')
+    assert_error(run(LMC, "run", toy_model_command(), "we", str(corpus)),
+                 f'{corpus}:1: "user"/"userId" must be a string, an integer or null')
+
+
+@pytest.mark.reference
+def test_integer_users_as_the_reference_logs_them(tmp_path, reference_lmc):
+    corpus = write_rows(tmp_path / "u.jsonl", [{"user": 1, "text": "a b"}, {"user": "1", "text": "c"}])
+    ours = run(LMC, "run", "-t", toy_model_command(), "we", str(corpus)).stdout
+    ref = run(str(reference_lmc), "run", "-t", toy_model_command(), "we", stdin=corpus.read_bytes()).stdout
+    assert ours.splitlines() == ref.splitlines()
+
+
+def test_memory_of_one_long_line_is_bounded(tmp_path):
+    """A 200,000-character message (2,000 words of 99 letters): every context is a prefix of
+    it, 200 MB in all; peak RSS of lmc and the model stays far below (was about 600 MB)."""
+    rng = random.Random(1)
+    words = ["".join(rng.choice("abcdefgh") for _ in range(99)) for _ in range(2000)]
+    corpus = tmp_path / "long.txt"
+    corpus.write_text(" ".join(words) + "\n")
+    script = tmp_path / "measure.py"
+    script.write_text("import resource, subprocess, sys\n"
+                      "r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL)\n"
+                      "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n")
+    result = run(PYTHON, str(script), LMC, "run", toy_model_command(), "we", str(corpus))
+    code, max_rss_kib = map(int, result.stdout.split())
+    assert code == 0, result.stderr.decode()
+    assert max_rss_kib < 200 * 1024
+
+
+def test_closed_stdout_pipe_ends_quietly(tmp_path):
+    result = subprocess.run(["bash", "-c", f'set -o pipefail; "{LMC}" run "{toy_model_command()}" wc '
+                             f'"{SAMPLE}" | head -1 >/dev/null; echo "${{PIPESTATUS[0]}}"'],
+                            capture_output=True, timeout=300)
+    assert result.stdout.decode() == "141\n"
+    assert result.stderr.decode() == ""
+
+
+# -- a newcomer's path -----------------------------------------------------------------------
+
+def test_run_options_after_the_game_and_corpus(tmp_path):
+    before, after = tmp_path / "before.jsonl", tmp_path / "after.jsonl"
+    assert run(LMC, "run", "-t", "--output", str(before), toy_model_command(), "wc", str(SAMPLE)).returncode == 0
+    result = run(LMC, "run", toy_model_command(), "wc", str(SAMPLE), "--output", str(after), "--train")
+    assert result.returncode == 0, result.stderr.decode()
+    assert after.read_bytes() == before.read_bytes() and before.stat().st_size > 0
+    result = run(LMC, "run", "--output", str(before), toy_model_command(), "we", str(SAMPLE), "--output", str(after))
+    assert result.returncode == 2
+    assert result.stderr.decode().endswith(
+        "Error: --output is given twice, before PREDICTOR and after the game: give it once\n")
+
+
+def test_stats_csv_of_mixed_games(tmp_path):
+    wc, we = str(PRETTY_LOGS / "kjv.o2.wc.jsonl"), str(PRETTY_LOGS / "kjv.o2.we.jsonl")
+    result = run(LMC, "stats", "-o", "csv", wc, we)
+    assert result.returncode == 0, result.stderr.decode()
+    rows = list(csv.DictReader(io.StringIO(result.stdout.decode())))
+    assert [r["log"] for r in rows] == [wc, we]
+    assert rows[0]["prediction.mrr"] and rows[0]["entropy.mean"] == ""
+    assert rows[1]["entropy.mean"] and rows[1]["prediction.mrr"] == ""
+
+
+def test_lmc_dist_format_is_the_corpus_format(tmp_path):
+    corpus = write_rows(tmp_path / "c.txt", [{"user": "u", "text": "a b"}])
+    result = run(LMC_DIST, "run", toy_model_command(), "we", "--input", str(corpus),
+                 "--run-dir", str(tmp_path / "run"), "--format", "jsonl")
+    assert result.returncode == 2
+    assert result.stderr.decode().endswith(
+        "Error: Invalid value for '-f' / '--format': 'jsonl' is a partition file format: --format is "
+        "the corpus format (auto, text, json), as for lmc run; write --part-format jsonl\n")
+    result = run(LMC_DIST, "run", toy_model_command(), "we", "--input", str(corpus), "--run-dir",
+                 str(tmp_path / "run"), "--format", "text", "--part-format", "jsonl", "--workers", "1")
+    assert result.returncode == 0, result.stderr.decode()
+    part, = (tmp_path / "run").glob("part-*")
+    datum = json.loads(gzip.decompress(part.read_bytes()).splitlines()[0])
+    assert part.name == "part-00000.jsonl.gz" and datum["user"] is None   # read as plain text
+
+
+def test_units_are_named():
+    help_text = run(LMC, "stats", "--help").stdout.decode()
+    assert "cross-entropy in nats" in help_text
+    text = run(LMC, "stats", "-o", "text", str(PRETTY_LOGS / "kjv.o2.we.jsonl"))
+    assert text.returncode == 0
+    mean, = [line for line in text.stdout.decode().splitlines() if line.startswith("entropy.mean")]
+    assert mean.split()[1:6] == ["4.94147", "nats", "per", "scored", "token"]
+    assert "bits" in mean and "perplexity" in mean
+    assert "nats" in run(LMC, "run", "x", "we", "--help").stdout.decode()
+
+
+def test_ce_with_a_word_model_warns_once(tmp_path):
+    words = model_script(tmp_path, "words", "the\t-1")
+    result = run(LMC, "run", words, "ce", str(SAMPLE))
+    assert result.returncode == 0
+    warnings = [line for line in result.stderr.decode().splitlines() if line.startswith("WARNING\tce:")]
+    assert warnings == ["WARNING\tce: the model answered 'the', not one character, when asked to "
+                        "score 'T': is it a word model? ce scores characters (a character model: "
+                        "lmc-ngram train --chars); with a word model its statistics mean little"]
+    quiet = run(LMC, "run", toy_model_command(), "ce", str(SAMPLE))
+    assert quiet.returncode == 0 and b"ce: the model answered" not in quiet.stderr
+
+
+def test_wr_fit_below_the_base_warns_and_reports_a_fit_at_least_base(tmp_path):
+    silent = model_script(tmp_path, "silent", "")
+    corpus = tmp_path / "c.txt"
+    corpus.write_bytes(b"".join(SAMPLE.read_bytes().splitlines(keepends=True)[:3]))
+    log = run(LMC, "run", silent, "wr", str(VOCAB), str(corpus))
+    assert log.returncode == 0
+    result = run(LMC, "stats", stdin=log.stdout)
+    stats = json.loads(result.stdout)["reranking"]
+    assert stats["accuracy"] == 0.0 < stats["base_accuracy"]   # LM Challenge 5.x's fit, kept
+    assert stats["accuracy_at_least_base"] == stats["base_accuracy"]
+    assert result.stderr.decode().startswith(
+        "WARNING\twr: the reranking fit ends below the error model alone: 0 tokens correct vs ")

