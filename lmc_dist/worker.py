@@ -60,7 +60,7 @@ class ModelPool(WorkerPlugin):
     def setup(self, worker=None) -> None:
         self._models = {}
         self._games = {}
-        quiet_worker()
+        quiet_worker(worker)
 
     def teardown(self, worker=None) -> None:
         self.close_all()

@@ -19,13 +19,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from distributed import LocalCluster
 from distributed.comm.core import CommClosedError
 
 from lmchallenge.errors import LmcError
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.model.spec import PredictorSpec
 from lmc_dist.job import DistJob, register_model_pool
-from lmc_dist.quiet import SyncCancelRace
+from lmc_dist.quiet import HEARTBEAT_FAILED, ClosingHeartbeat, SyncCancelRace, quiet_worker
 from lmc_dist.worker import PLUGIN_NAME
 
 from conftest import BIN, toy_model_command
@@ -183,6 +184,42 @@ def test_the_sync_cancel_race_record_is_dropped_and_no_other():
     assert race.filter(_name_error_from("/venv/site-packages/distributed/utils.py", "wait"))
     assert race.filter(_name_error_from("/home/me/model.py", "cancel"))
     assert race.filter(logging.LogRecord("tornado.application", logging.ERROR, "x", 1, "plain", None, None))
+
+
+def _heartbeat_record(error: BaseException, message: str = HEARTBEAT_FAILED) -> logging.LogRecord:
+    try:
+        raise error
+    except BaseException:  # noqa: BLE001 - a record with its exc_info, as logger.exception makes
+        return logging.LogRecord("distributed.worker", logging.ERROR, "worker.py", 1206, message, None,
+                                 sys.exc_info())
+
+
+def test_a_heartbeat_cut_off_by_the_workers_close_is_dropped_and_no_other():
+    """CI saw a worker's "Failed to communicate with scheduler during heartbeat." with a trace
+    (CommClosedError: ConnectionPool closing) as the embedded cluster closed.  Checked on a
+    real worker: while it runs, a failed heartbeat is logged; once it is closed, not."""
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        worker = next(iter(cluster.workers.values()))
+        closing = ClosingHeartbeat(worker)
+        refused = _heartbeat_record(OSError("Timed out trying to connect to tcp://127.0.0.1:1"))
+        assert closing.filter(refused)
+        assert not closing.filter(_heartbeat_record(CommClosedError("ConnectionPool closing.")))
+    assert worker.status.name == "closed"
+    assert not closing.filter(refused)
+    assert closing.filter(_heartbeat_record(OSError("x"), "Unexpected exception during heartbeat. Closing worker."))
+    assert ClosingHeartbeat().filter(refused)
+
+
+def test_quiet_worker_installs_one_heartbeat_filter_per_worker():
+    logger = logging.getLogger("distributed.worker")
+    before = list(logger.filters)
+    try:
+        quiet_worker(None)
+        quiet_worker(None)
+        assert sum(isinstance(f, ClosingHeartbeat) for f in logger.filters) == 1
+        assert not logger.filter(_heartbeat_record(CommClosedError("ConnectionPool closing.")))
+    finally:
+        logger.filters[:] = before
 
 
 class _FlakyClient:
