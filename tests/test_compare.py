@@ -1,4 +1,4 @@
-"""`lmc compare` (lmchallenge.compare): paired comparisons against a baseline, every output
+"""`lmc compare` (lmchallenge.analysis.compare): paired comparisons against a baseline, every output
 format, the same-data check of `lmc diff`, entropies only with equal fingerprints."""
 
 from __future__ import annotations
@@ -73,10 +73,12 @@ def test_entropies_with_other_fingerprints_are_not_compared(tmp_path):
 
 
 def test_logs_of_other_data_are_refused(tmp_path):
-    result = run_lmc("compare", str(PRETTY / "kjv.o1.we.jsonl"), str(PRETTY / "rails.we.jsonl"), check=False)
-    assert result.returncode == 2
-    assert result.stderr.decode() == ("lmc: error: the logs are not of the same data: BASELINE has 112 "
-                                      "tokens, LOG has 73 (diff compares two models on the same text)\n")
+    base, same, other = (str(PRETTY / name) for name in ("kjv.o1.we.jsonl", "kjv.o2.we.jsonl", "rails.we.jsonl"))
+    for logs in ([other], [same, other]):
+        result = run_lmc("compare", base, *logs, check=False)
+        assert result.returncode == 2 and result.stdout == b""
+        assert result.stderr.decode() == (f"lmc: error: {other}: the logs are not of the same data: BASELINE has "
+                                          "112 tokens, LOG has 73 (diff compares two models on the same text)\n")
     result = run_lmc("compare", str(PRETTY / "kjv.o1.we.jsonl"), str(PRETTY / "kjv.o1.ce.jsonl"), check=False)
     assert result.returncode == 2 and b"Traceback" not in result.stderr
 

@@ -7,7 +7,7 @@ users/messages for both logs), its interval and a two-sided p-value (paired boot
 approximate randomisation), see :mod:`lmchallenge.stats.bootstrap`.
 
 The logs must be of the same data: the check of ``lmc diff``
-(:func:`lmchallenge.diff.zip_logs`: same tokens, same selection, same game).  Entropies
+(:func:`lmchallenge.analysis.diff.zip_logs`: same tokens, same selection, same game).  Entropies
 are compared only between logs with the same entropy fingerprint (the same tokens
 scored); otherwise the entropy figures of that log carry a ``note`` saying why and no
 difference.  Each ``wr`` log is scored under its own fitted mixture (see
@@ -77,15 +77,29 @@ class LogComparison:
                 "metrics": {k: m.as_dict() for k, m in self.metrics.items()}}
 
 
-def check_same_data(baseline: str, log: str) -> str | None:
-    """Raise :class:`lmchallenge.diff.LogMismatchError` unless the two logs are of the same
-    data (``lmc diff``'s check); returns the game (None for an empty log)."""
-    from lmchallenge.analysis.diff import zip_logs
+def check_same_data(baseline: str, logs: Sequence[str]) -> str | None:
+    """Check that every log is of the baseline's data (``lmc diff``'s check,
+    :func:`lmchallenge.analysis.diff.zip_logs`), reading the baseline once.
+
+    Args:
+        baseline: path of the baseline log (any form ``lmc stats`` reads).
+        logs: paths of the other logs.
+    Returns:
+        The game (None for an empty baseline).
+    Raises:
+        LogMismatchError: a log is not of the same data or game; the message starts with its path.
+        InputError: a log cannot be read.
+    """
+    from lmchallenge.analysis.diff import LogMismatchError, zip_logs
     from lmchallenge.logs.io import read_log
     from lmchallenge.analysis.pretty import detect_game
 
     base_data = list(read_log(baseline))
-    zip_logs(base_data, list(read_log(log)))
+    for log in logs:
+        try:
+            zip_logs(base_data, list(read_log(log)))
+        except LogMismatchError as error:
+            raise LogMismatchError(f"{log}: {error}") from None
     return detect_game(base_data[0]) if base_data else None
 
 
@@ -105,9 +119,7 @@ def compare(baseline: str, logs: Sequence[str], settings: bootstrap.Settings,
         LogMismatchError: a log is not of the baseline's data.
         InputError: a log cannot be read.
     """
-    game = None
-    for log in logs:
-        game = check_same_data(baseline, log)
+    game = check_same_data(baseline, logs)
     base = bootstrap.summarise(baseline)
     raw = base.result(human=False)
     game = entropy_game(game, raw["tokens"], raw["characters"])
