@@ -3,7 +3,7 @@
 
 Builds an N-row (default 1,000,000) ``wc`` log by repeating the rows of
 tests/data/pretty/*.wc.jsonl with shifted message numbers, writes it as jsonl and as
-Parquet (``lmchallenge.parquet.write_parquet``) in a temporary directory, and runs
+Parquet (``lmchallenge.logs.parquet.write_parquet``) in a temporary directory, and runs
 ``lmc stats --no-human`` on each under ``/usr/bin/time -v`` (wall time, user + system
 CPU time, peak RSS), ``--repeat`` rounds of the three runs interleaved, so that a shared
 machine's load falls on all three alike.  The outputs must agree (numbers to a relative

@@ -4,7 +4,7 @@ Both search the same vocabulary (default: data/vocab/american-english.txt, 104k 
 file order) for the same queries: word tokens drawn from a real corpus (default: the New
 Testament, data/kjv/test.txt), each typed by the wr game's sloppy typist (p_anykey 0.1, so
 most queries are corrupted and some are not), with the wr game's default of 100
-candidates.  Ours (lmchallenge.search.CandidateSearch) runs in this process; the reference's
+candidates.  Ours (lmchallenge.games.candidates.CandidateSearch) runs in this process; the reference's
 (lmchallenge.core.errors.Search of lmchallenge==5.2) runs in its own venv, timed there
 around the same query loop; building either index is timed apart.  Each repeat measures
 both; the ratio printed is the median over repeats of reference seconds / our seconds.

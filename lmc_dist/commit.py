@@ -1,6 +1,6 @@
 """The writer's side of a run directory: one writer (a lock), only its own files, a commit.
 
-The layout and what readers take from it are described in :mod:`lmchallenge.rundir`.  A run:
+The layout and what readers take from it are described in :mod:`lmchallenge.logs.rundir`.  A run:
 
 1. :func:`locked` takes the run dir's lock (``fcntl.flock`` on ``.lmc-dist.lock``, held
    until the run ends; the kernel drops it when the process dies, however it dies), and
@@ -34,8 +34,8 @@ from lmc_dist import manifest as mf
 
 _LEFTOVER = re.compile(
     r"\.(part-\d{5}\.(parquet|jsonl\.gz)|_manifest\.json|_stats\.json|\.out-\d{5}\.(parquet|jsonl|jsonl\.gz))"
-    r"\.tmp-\d+"                          # atomic_path's temporaries (lmchallenge.log)
-    r"|\.out-\d{5}\.(parquet|jsonl|jsonl\.gz)")   # lmchallenge.convert.CONVERTED_PREFIX copies
+    r"\.tmp-\d+"                          # atomic_path's temporaries (lmchallenge.logs.io)
+    r"|\.out-\d{5}\.(parquet|jsonl|jsonl\.gz)")   # lmchallenge.logs.convert.CONVERTED_PREFIX copies
 
 UNFINISHED_NOTE = (
     "This lmc-dist run has not finished: its finished partitions are in _temporary/ and\n"

@@ -7,7 +7,7 @@ each finished partition in ``_manifest.json`` as soon as its task ends, merges t
 partitions' statistics states in partition order (the wr mixture fit is evaluated where the
 score matrices are, see :mod:`lmc_dist.reduce`), commits the run (``_stats.json``, the parts
 moved to the top level, ``finished`` in the manifest; the layout is described in
-:mod:`lmchallenge.rundir`), and optionally concatenates the partitions into one log.
+:mod:`lmchallenge.logs.rundir`), and optionally concatenates the partitions into one log.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class DistJob:
         retries: extra attempts of a failed partition.
         output: also concatenate the log into this file (jsonl, jsonl.gz or parquet).
         progress: show a progress bar (None: when stderr is a terminal).
-        intervals: bootstrap settings (:class:`lmchallenge.bootstrap.Settings`): the
+        intervals: bootstrap settings (:class:`lmchallenge.stats.bootstrap.Settings`): the
             statistics carry ``"ci"`` as ``lmc stats --confidence`` gives them (None: not).
         resources: Dask worker resources each partition task needs (``{"GPU": 1.0}``;
             :mod:`lmc_dist.resources`): only workers declaring them run partitions; the
@@ -316,7 +316,7 @@ def _finished_partitions(run_dir: str, old: dict[str, Any] | None,
 def write_output(run_dir: str, part_files: list[str], output: str, game: str,
                  client: Client | None = None) -> None:
     """Concatenate the partitions (in order) into the log file ``output``, atomically
-    (:func:`lmchallenge.convert.join_logs`: the client only joins files, which keeps this
+    (:func:`lmchallenge.logs.convert.join_logs`: the client only joins files, which keeps this
     serial step small).  Partitions of another form than the output's are first converted
     by the workers of ``client``, one task each (in this process without one)."""
     sources = [os.path.join(run_dir, name) for name in part_files]

@@ -5,7 +5,7 @@ gathers only their small summaries (counts, exact sums, fingerprints) and merges
 partition order (docs/architecture.md, invariant 4). The ``wr`` score matrices stay where they were
 produced: :class:`DistributedScores` first gathers each worker's partitions into one
 matrix set on that worker, then answers the questions of the mixture fit
-(:func:`lmchallenge.reranking.fit`: widest row, k-th smallest LM score, correct rows under
+(:func:`lmchallenge.stats.reranking.fit`: widest row, k-th smallest LM score, correct rows under
 given parameters) with one small task per worker, so every optimiser step is a map-reduce
 of integer counts and gives exactly the numbers of a single process.
 """
@@ -92,7 +92,7 @@ def _from_sortable(key: int) -> np.float32:
 
 class DistributedScores:
     """The ``wr`` score matrices of a run, one merged set per worker, as a
-    :class:`lmchallenge.reranking.ScoreSource`.
+    :class:`lmchallenge.stats.reranking.ScoreSource`.
 
     Args:
         client: the run's client.
@@ -154,7 +154,7 @@ def global_stats(client: Client, outcomes: Sequence[Future], human: bool = True,
         client: the run's client.
         outcomes: futures of the partition outcomes, in partition order.
         human: ratios (default) or raw sums.
-        intervals: :class:`lmchallenge.bootstrap.Settings` to add ``"ci"`` as ``lmc stats
+        intervals: :class:`lmchallenge.stats.bootstrap.Settings` to add ``"ci"`` as ``lmc stats
             --confidence`` does (from the per-group sums of ``parts``); None: no intervals.
         parts: the partitions' log files, in partition order (with ``intervals``).
     """

@@ -162,7 +162,7 @@ class PartitionTask:
     @property
     def output_path(self) -> str:
         """Where the partition's file goes: ``RUN_DIR/_temporary/part-NNNNN.*`` (moved to
-        the top level when the run commits, :mod:`lmchallenge.rundir`)."""
+        the top level when the run commits, :mod:`lmchallenge.logs.rundir`)."""
         return os.path.join(self.run_dir, TEMPORARY, part_name(self.partition.index, self.out_format))
 
 

@@ -1,4 +1,4 @@
-"""Bootstrap intervals of `lmc stats --confidence` (lmchallenge.bootstrap): per-group sums
+"""Bootstrap intervals of `lmc stats --confidence` (lmchallenge.stats.bootstrap): per-group sums
 equal on every reading path and to the statistics, intervals against scipy.stats.bootstrap,
 coverage on simulated data, the command line (default output unchanged)."""
 

@@ -1,4 +1,4 @@
-"""The wr game's candidate search (lmchallenge.search.CandidateSearch): exact answers on
+"""The wr game's candidate search (lmchallenge.games.candidates.CandidateSearch): exact answers on
 hand-made vocabularies, a plain-Python definition on the real word list, and the
 reference's search (lmchallenge==5.2, in its own venv) on the same queries."""
 

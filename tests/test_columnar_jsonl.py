@@ -1,4 +1,4 @@
-"""Column-wise statistics of jsonlines logs (lmchallenge.columnar_jsonl) equal the
+"""Column-wise statistics of jsonlines logs (lmchallenge.stats.columnar_jsonl) equal the
 datum-by-datum statistics exactly, and give the same errors, naming file and line."""
 
 from __future__ import annotations

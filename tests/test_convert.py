@@ -20,10 +20,6 @@ LOGS = ["kjv.o2.wc.jsonl", "kjv.o2.we.jsonl", "kjv.o2.ce.jsonl", "kjv.o2.wr.json
         "rails.wc.jsonl", "mixed.we.jsonl"]
 
 
-def needs_parquet():
-    return pytest.importorskip("lmchallenge.logs.parquet")
-
-
 @pytest.mark.parametrize("log", LOGS)
 def test_jsonl_gz_round_trip_is_byte_identical(tmp_path, log):
     source = DATA / log
@@ -39,7 +35,6 @@ def test_jsonl_gz_round_trip_is_byte_identical(tmp_path, log):
 
 @pytest.mark.parametrize("log", LOGS)
 def test_parquet_round_trip_keeps_every_datum(tmp_path, log):
-    needs_parquet()
     source = DATA / log
     pq = tmp_path / "log.parquet"
     back = tmp_path / "back.jsonl"
@@ -53,8 +48,7 @@ def test_parquet_round_trip_keeps_every_datum(tmp_path, log):
 
 
 def test_parquet_is_pandas_queryable(tmp_path):
-    needs_parquet()
-    pandas = pytest.importorskip("pandas")
+    import pandas
     pq = tmp_path / "wc.parquet"
     convert(str(DATA / "kjv.o2.wc.jsonl"), str(pq))
     frame = pandas.read_parquet(pq)

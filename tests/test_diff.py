@@ -202,19 +202,12 @@ def test_wc_diff_as_reference_except_where_both_complete(tmp_path):
 
 # --- HTML --------------------------------------------------------------------------------
 
-def needs_stats():
-    from lmchallenge import stats
-    if not hasattr(stats, "stats"):
-        pytest.skip("lmchallenge.stats.stats not written yet")
-
-
 def page_data(page: str) -> dict:
     match = re.search(r'<script type="application/json" id="lmc-data">(.*?)</script>', page, re.S)
     return json.loads(match.group(1))
 
 
 def test_html_diff_we_details_and_summary():
-    needs_stats()
     page = D.html(str(DATA / "kjv.o1.we.jsonl"), str(DATA / "kjv.o2.we.jsonl"), float_format=".2f")
     assert "https://" not in page and "http://" not in page
     data = page_data(page)

@@ -165,7 +165,6 @@ def test_cli_reads_stdin_and_gz_and_run_directory(tmp_path):
 
 
 def test_reads_parquet(tmp_path):
-    pytest.importorskip("lmchallenge.logs.parquet")
     from lmchallenge.logs.io import write_log
     path = tmp_path / "log.parquet"
     write_log(load_jsonlines(str(MIXED)), str(path), game="we")
@@ -247,9 +246,7 @@ def test_grep_of_grep_same_as_reference(tmp_path):
     ("rails.we.jsonl", "$user=00.*"),
 ])
 def test_stats_after_grep_same_as_reference(tmp_path, log, pattern):
-    stats = pytest.importorskip("lmchallenge.stats")
-    if not hasattr(stats, "stats"):
-        pytest.skip("lmchallenge.stats.stats not written yet")
+    from lmchallenge import stats
     reference_or_skip()
     path = str(DATA / log)
     grepped = tmp_path / "grepped.jsonl"

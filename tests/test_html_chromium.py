@@ -180,12 +180,6 @@ def browser(tmp_path):
         devtools.close()
 
 
-def needs_stats():
-    from lmchallenge import stats
-    if not hasattr(stats, "stats"):
-        pytest.skip("lmchallenge.stats.stats not written yet")
-
-
 SEGMENTS_JS = """Array.from(document.querySelectorAll('#text .tok')).map(function (t) {
     return {i: Number(t.getAttribute('data-i')), text: t.textContent, title: t.title,
             segs: Array.from(t.children).map(function (s) {
@@ -196,7 +190,6 @@ SEGMENTS_JS = """Array.from(document.querySelectorAll('#text .tok')).map(functio
 
 
 def test_pretty_wc_page_in_chromium(browser, tmp_path):
-    needs_stats()
     log = DATA / "kjv.o2.wc.jsonl"
     data = list(load_jsonlines(str(log)))
     page = tmp_path / "wc.html"
@@ -245,7 +238,6 @@ def test_pretty_wc_page_in_chromium(browser, tmp_path):
 
 
 def test_pretty_we_page_unselected_tokens_dimmed(browser, tmp_path):
-    needs_stats()
     from lmchallenge.analysis import grep
     page = tmp_path / "we.html"
     page.write_text(P.html(grep.grep("$token=[0-4]", str(DATA / "kjv.o2.we.jsonl"))),
@@ -263,7 +255,6 @@ def test_pretty_we_page_unselected_tokens_dimmed(browser, tmp_path):
 
 
 def test_diff_wc_page_highlights_only_differing_characters(browser, tmp_path):
-    needs_stats()
     page = tmp_path / "diff.html"
     page.write_text(D.html(str(DATA / "kjv.o1.wc.jsonl"), str(DATA / "kjv.o2.wc.jsonl")),
                     encoding="utf-8")

@@ -1,5 +1,5 @@
 """`lmc-dist run --output`: partitions joined in order into one log of any form
-(lmc_dist.run.write_output, lmchallenge.convert.join_logs), converting partitions of the
+(lmc_dist.job.write_output, lmchallenge.logs.convert.join_logs), converting partitions of the
 other form first; `lmc convert RUN_DIR` joins the same way."""
 
 from __future__ import annotations

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
-pa = pytest.importorskip("pyarrow")
-pq = pytest.importorskip("pyarrow.parquet")
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from lmchallenge.logs import parquet as P  # noqa: E402
-from lmchallenge.errors import InputError, LmcError  # noqa: E402
-from lmchallenge.logs.jsonl import dumps_datum, load_jsonlines  # noqa: E402
-from lmchallenge.logs.io import read_log  # noqa: E402
+from lmchallenge.logs import parquet as P
+from lmchallenge.errors import InputError, LmcError
+from lmchallenge.logs.jsonl import dumps_datum, load_jsonlines
+from lmchallenge.logs.io import read_log
 
 DATA = Path(__file__).resolve().parent / "data" / "pretty"
 LOGS = sorted(p.name for p in DATA.glob("*.jsonl") if p.name != "rails8.jsonl")
@@ -79,7 +80,6 @@ def test_schema_columns_and_types():
 
 
 def test_pandas_reads_documented_dtypes(tmp_path):
-    pd = pytest.importorskip("pandas")
     out = tmp_path / "we.parquet"
     data = list(load_jsonlines(str(DATA / "mixed.we.jsonl")))
     P.write_parquet(data, str(out))
@@ -97,7 +97,6 @@ def test_pandas_reads_documented_dtypes(tmp_path):
 
 
 def test_pandas_reads_a_run_directory_of_parts(tmp_path):
-    pd = pytest.importorskip("pandas")
     data = list(load_jsonlines(str(DATA / "rails.we.jsonl")))
     run = tmp_path / "run"
     cut = len(data) // 3

@@ -32,19 +32,6 @@ def we(target, logp, character=0, token=0, message=0, **extra):
             "target": target, "logp": logp, **extra}
 
 
-def needs_stats():
-    from lmchallenge import stats
-    if not hasattr(stats, "stats"):
-        pytest.skip("lmchallenge.stats.stats not written yet")
-
-
-def needs_reranking():
-    try:
-        from lmchallenge.stats import reranking  # noqa: F401
-    except ImportError:
-        pytest.skip("lmchallenge.reranking not written yet")
-
-
 # --- ANSI, exact escapes ------------------------------------------------------------------
 
 def test_wc_predicted_completed_and_missed_escapes():
@@ -125,7 +112,6 @@ def test_wr_outcomes_under_a_given_model():
 
 
 def test_wr_log_renders_with_the_fitted_model():
-    needs_reranking()
     lines = list(P.ansi(str(DATA / "kjv.o2.wr.jsonl")))
     assert len(lines) == 3
     plain = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in lines]
@@ -216,7 +202,6 @@ def page_data(page: str) -> dict:
 
 
 def test_html_is_self_contained():
-    needs_stats()
     page = P.html(str(DATA / "kjv.o2.wc.jsonl"))
     assert page.startswith("<!DOCTYPE html>")
     lowered = page.lower()
@@ -232,7 +217,6 @@ def test_html_is_self_contained():
 
 
 def test_html_segments_match_ansi_colours():
-    needs_stats()
     data = list(load_jsonlines(str(DATA / "kjv.o2.wc.jsonl")))
     page = page_data(P.html(data))
     tokens = [t for line in page["lines"] for t in line["tokens"]]
@@ -246,7 +230,6 @@ def test_html_segments_match_ansi_colours():
 
 
 def test_html_escapes_script_end_and_keeps_text():
-    needs_stats()
     nasty = "</script><script>alert(1)</script><!--"
     data = [we(nasty, -1.0), we("a&b<c>", None, character=len(nasty) + 1, token=1),
             we("\u2028", -2.0, character=len(nasty) + 8, token=2)]
@@ -259,7 +242,6 @@ def test_html_escapes_script_end_and_keeps_text():
 
 
 def test_html_details_per_game():
-    needs_stats()
     wc_page = page_data(P.html(str(DATA / "kjv.o2.wc.jsonl")))
     book = wc_page["lines"][0]["tokens"][1]["d"]
     assert ["next-word rank", "- (not in the predictions)"] in book["rows"]
@@ -275,8 +257,6 @@ def test_html_details_per_game():
 
 
 def test_html_wr_page_shows_model_and_candidates():
-    needs_stats()
-    needs_reranking()
     page = page_data(P.html(str(DATA / "kjv.o2.wr.jsonl")))
     assert page["note"].startswith("reranking model: ")
     first = page["lines"][0]["tokens"][0]["d"]
@@ -289,7 +269,6 @@ def test_html_wr_page_shows_model_and_candidates():
 
 
 def test_cli_html_output():
-    needs_stats()
     from lmchallenge.cli import cli
     result = CliRunner().invoke(cli, ["pretty", "-o", "html", "-m", ".2f",
                                       str(DATA / "kjv.o2.we.jsonl")])

@@ -1,4 +1,4 @@
-"""`lmc stats --by`, `--derived`, `--signature` (lmchallenge.slices, .derived, .signature)
+"""`lmc stats --by`, `--derived`, `--signature` (lmchallenge.stats.slices, .derived, .signature)
 and the per-token table."""
 
 from __future__ import annotations

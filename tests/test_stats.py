@@ -458,6 +458,6 @@ def test_stats_imports_only_what_it_needs(log, tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     modules = set(out.stdout.split())
     assert "lmchallenge.stats" in modules
-    for heavy in ("lmchallenge.games", "lmchallenge.model", "lmchallenge.run", "jsonschema",
-                  "pandas", "scipy", "lmchallenge.pretty"):
+    for heavy in ("lmchallenge.games", "lmchallenge.model", "lmchallenge.cli.run", "jsonschema",
+                  "pandas", "scipy", "lmchallenge.analysis.pretty"):
         assert heavy not in modules, heavy

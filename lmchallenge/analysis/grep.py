@@ -168,7 +168,7 @@ def grep(pattern: str, log: Iterable[Datum] | str, keep: str = "all",
 
     Args:
         pattern: a pattern of the grammar in this module's docstring.
-        log: datums, or a path of any log form ``lmchallenge.log.read_log`` reads.
+        log: datums, or a path of any log form ``lmchallenge.logs.io.read_log`` reads.
         keep: ``"all"`` (every datum, tagged), ``"message"`` (messages holding a selected
             token) or ``"token"`` (selected datums only).
         and_patterns: more patterns that must all match too.

@@ -10,7 +10,7 @@ are blue in ANSI, dimmed blue in HTML):
 * ``we``/``ce``: by ``-logp`` in fifths of the entropy interval ``i``: below i/5
   bold green, i/5 green, 2i/5 yellow, 3i/5 red, 4i/5 and more bold red; not scored
   (``logp`` null) magenta;
-* ``wr``: under the mixture fitted on the log (:mod:`lmchallenge.reranking`):
+* ``wr``: under the mixture fitted on the log (:mod:`lmchallenge.stats.reranking`):
   corrected green, miscorrected red, left uncorrected yellow, correct before and
   after default.
 
@@ -220,7 +220,7 @@ def reranking_renderer(model: ScoreModel) -> Renderer:
 
 def fit_reranking(data: Iterable[Datum]) -> ScoreModel:
     """The interpolation mixture fitted on the selected tokens of a ``wr`` log
-    (:mod:`lmchallenge.reranking`); returns a callable ``model(error, lm)``."""
+    (:mod:`lmchallenge.stats.reranking`); returns a callable ``model(error, lm)``."""
     from lmchallenge.stats import reranking
 
     return reranking.fit_model(d for d in data if is_selected(d))
@@ -311,7 +311,7 @@ def ansi(log: Iterable[Datum] | str, entropy_interval: float = 10.0,
     """ANSI-coloured lines, one per message, of an LM Challenge log.
 
     Args:
-        log: datums, or a path of any log form (:func:`lmchallenge.log.read_log`).
+        log: datums, or a path of any log form (:func:`lmchallenge.logs.io.read_log`).
         entropy_interval: the ``-logp`` range (nats, as the log's ``logp``) spread over
             the five entropy colour bands.
         challenge: ``auto`` (from the first token), ``completion``, ``entropy`` or

@@ -1,5 +1,5 @@
 """The typing error model of the word reranking game (``wr``); its candidate search is
-:mod:`lmchallenge.search`.
+:mod:`lmchallenge.games.candidates`.
 
 The corruption is LM Challenge 5.x's "sloppy typist": each character of a word is, with
 probability ``p_anykey``, replaced by a character drawn uniformly from ``error_chars``

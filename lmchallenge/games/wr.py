@@ -1,6 +1,6 @@
 """Word reranking (``wr``): correcting a sloppy typist.
 
-Each word token is corrupted by :class:`lmchallenge.errors.ErrorModel`; the nearest words of
+Each word token is corrupted by :class:`lmchallenge.games.typos.ErrorModel`; the nearest words of
 the vocabulary to the corruption (plus the corruption and the true word) are the
 candidates; each gets the error model's score, and the model scores them all after the text
 before the word.  The log keeps ``verbatim`` (the corruption) and ``results``:

@@ -1,6 +1,6 @@
 """``lmc convert``: rewrite a log in another form (jsonl, jsonl.gz, Parquet).
 
-The forms are those of :mod:`lmchallenge.log`: the output form follows the output
+The forms are those of :mod:`lmchallenge.logs.io`: the output form follows the output
 name (``.jsonl``, ``.jsonl.gz``/``.gz``, ``.parquet``, ``-`` for jsonlines on
 stdout); the input may be any form ``read_log`` reads, a run directory included.
 Datums stream from reader to writer (the Parquet writer batches rows), so a large
@@ -43,7 +43,7 @@ def convert(source: str, destination: str, game: str | None = None) -> int:
     Returns:
         The number of datums written.
     Raises:
-        lmchallenge.exceptions.InputError: the source is missing or not a readable log.
+        lmchallenge.errors.InputError: the source is missing or not a readable log.
     """
     if destination != "-" and source != "-" and os.path.isdir(source):
         parts = [str(p) for p in run_dir_parts(source)]
@@ -58,7 +58,7 @@ def convert(source: str, destination: str, game: str | None = None) -> int:
 # --- joining log files ------------------------------------------------------------------------
 
 def log_form(path: str) -> str:
-    """The form a log's name says, as :func:`lmchallenge.log.write_log` reads it:
+    """The form a log's name says, as :func:`lmchallenge.logs.io.write_log` reads it:
     ``.parquet``, ``.jsonl.gz`` (any ``.gz``) or ``.jsonl`` (anything else)."""
     if is_parquet_name(path):
         return ".parquet"
@@ -100,7 +100,7 @@ def join_logs(sources: Sequence[str], destination: str, game: str | None = None,
     jsonl sources are copied into a plain jsonl destination (``.jsonl.gz`` ones
     decompressed), ``.jsonl.gz`` sources as they are into a ``.gz`` one (gzip members one
     after the other, RFC 1952, 2.2), Parquet sources table by table into a ``.parquet`` one
-    (row groups of :data:`lmchallenge.parquet.ROW_GROUP_ROWS` rows).  Sources of another
+    (row groups of :data:`lmchallenge.logs.parquet.ROW_GROUP_ROWS` rows).  Sources of another
     form (:func:`joins_as_is`) are first
     converted to the destination's form by ``convert`` (``lmc-dist`` passes one that runs on
     its workers) into ``.out-NNNNN.*`` files (:data:`CONVERTED_PREFIX`) beside them, which

@@ -275,7 +275,7 @@ def iter_parquet(path: str, batch_rows: int = ROW_GROUP_ROWS) -> Iterator[Datum]
     The inverse of :func:`write_parquet`: ``message``/``token``/``character`` are
     Python ints, a null ``select`` drops the key, ``results`` are lists of
     ``[candidate, error, lm]``.  At most ``batch_rows`` rows are decoded at once.
-    Run directories are read by :func:`lmchallenge.log.read_log`, part by part.
+    Run directories are read by :func:`lmchallenge.logs.io.read_log`, part by part.
 
     Args:
         path: a Parquet file in the layout of docs/formats.md, "Parquet".

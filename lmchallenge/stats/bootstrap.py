@@ -29,7 +29,7 @@ probability 1/2, ``p = (1 + #{|d_r| >= |d|}) / (1 + R)``.  Both give ``p = 1`` f
 compared with itself (every difference is 0, and ``0 >= 0``).
 
 ``wr`` accuracy is not a ratio of sums: the mixture ``(alpha, beta)`` is fitted on all the
-tokens (:mod:`lmchallenge.reranking`).  Its interval here is that of the accuracy *at the
+tokens (:mod:`lmchallenge.stats.reranking`).  Its interval here is that of the accuracy *at the
 fitted parameters* (the per-group count of tokens correct under the one global fit): the
 mixture is not refitted on each resample (that would be a Nelder-Mead fit per resample),
 so the interval leaves out the fit's own variability and is, if anything, narrow.  The
@@ -159,7 +159,7 @@ class GroupSums:
     Fed datum by datum (:meth:`update`) or by record batches of the column-wise reader
     (:meth:`add_rows`); :meth:`merge` adds another piece; :meth:`finish` counts the ``wr``
     tokens correct under the fitted mixture; :meth:`table` gives the sums.  The ``wr``
-    score rows are kept (float32, as :class:`lmchallenge.reranking.ScoreMatrices` keeps
+    score rows are kept (float32, as :class:`lmchallenge.stats.reranking.ScoreMatrices` keeps
     them) until :meth:`finish`.
 
     Attributes:
@@ -334,7 +334,7 @@ class GroupSums:
 
 def correct_rows(scores: np.ndarray, width: int, pad: float) -> np.ndarray:
     """Per row, 1.0 where column 0 beats every other column, as
-    :func:`lmchallenge.reranking.count_correct` counts them (float64 ``[N]``)."""
+    :func:`lmchallenge.stats.reranking.count_correct` counts them (float64 ``[N]``)."""
     if scores.shape[1] == 0:
         return np.zeros(scores.shape[0])
     others = scores[:, 1:].max(axis=1) if scores.shape[1] > 1 else np.full(scores.shape[0], -np.inf)

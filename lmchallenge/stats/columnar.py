@@ -118,7 +118,7 @@ def prefetched(batches: Iterator[T], ahead: int = 2) -> Iterator[T]:
         except BaseException as e:   # handed to the consumer, raised there
             queue.put(e)
 
-    # the reader's context (lmchallenge.rundir.reading_partial) goes with the batches
+    # the reader's context (lmchallenge.logs.rundir.reading_partial) goes with the batches
     thread = threading.Thread(target=contextvars.copy_context().run, args=(produce,),
                               name="parquet-prefetch", daemon=True)
     thread.start()
@@ -302,7 +302,7 @@ def _int_hashes(array: pa.Array) -> np.ndarray:
 
 
 def _row_hashes(batch: pa.RecordBatch, cache: dict[str, int]) -> np.ndarray:
-    """uint64 hashes equal to :func:`lmchallenge.stats.datum_hash` modulo 2**32."""
+    """uint64 hashes equal to :func:`lmchallenge.stats.state.datum_hash` modulo 2**32."""
     with np.errstate(over="ignore"):
         h = _string_hashes(batch.column("user"), cache)
         h = h * _COMBINE + _int_hashes(batch.column("message"))

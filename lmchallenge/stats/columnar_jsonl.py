@@ -2,7 +2,7 @@
 
 :func:`state_of_jsonl` reads the log in blocks of whole lines, parses each block with
 Arrow's JSON reader into columns of a fixed schema (:data:`SCHEMA`) and reduces them with
-:func:`lmchallenge.columnar.batch_state`, then merges the block states in log order.
+:func:`lmchallenge.stats.columnar.batch_state`, then merges the block states in log order.
 Memory stays bounded by a few blocks.
 
 Arrow's reader accepts a little less than Python's ``json`` (and a few things more), so

@@ -35,10 +35,10 @@ def stats(data: Iterable[Datum], human: bool = True) -> Stats | RawStats:
 
 
 def state_of_log(path: str, lines: int | None = None, groups: Any = None) -> StatsState:
-    """The state of a whole log (any form :func:`lmchallenge.log.read_log` reads).
+    """The state of a whole log (any form :func:`lmchallenge.logs.io.read_log` reads).
 
-    Read column-wise: Parquet files (:mod:`lmchallenge.columnar`) and jsonlines logs,
-    gzipped or from stdin (:mod:`lmchallenge.columnar_jsonl`); a run directory part by
+    Read column-wise: Parquet files (:mod:`lmchallenge.stats.columnar`) and jsonlines logs,
+    gzipped or from stdin (:mod:`lmchallenge.stats.columnar_jsonl`); a run directory part by
     part, merging the parts' states.  With ``lines``, datum by datum.
 
     Args:

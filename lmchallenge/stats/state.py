@@ -17,7 +17,7 @@ ranks, ``hit`` = tokens whose target is anywhere in the next-word predictions,
 completed from a prefix, target within the top 2), ``entropy`` (``sum`` of -logp in nats
 (logp are natural logarithms as the models report them), scored ``tokens``, and their own
 ``fingerprint``), ``reranking`` (``max_candidates``, ``base_correct``, ``correct``, ``args``
-of the fitted mixture, see :mod:`lmchallenge.reranking`).
+of the fitted mixture, see :mod:`lmchallenge.stats.reranking`).
 
 Human statistics (default) divide these: ``messages_per_user``, ``tokens_per_user``,
 ``characters_per_token``, ``skipped`` (fraction of all tokens), ``prediction.hitN`` (Hit@N)

@@ -18,7 +18,7 @@ What each request means (sources in :mod:`lmchallenge.model.neural.words`):
   typed at the end of the context (the next word after a gap), as the rest of the word,
   by a best-first search over tokens (exact unless ``max_expansions`` stops it).
 * character queries (``ce``: a context ending inside a word and one candidate continuing
-  it; among several candidates, as ``wr`` may send, such a candidate is left out) are refused with :class:`~lmchallenge.exceptions.ModelError`: exact character
+  it; among several candidates, as ``wr`` may send, such a candidate is left out) are refused with :class:`~lmchallenge.errors.ModelError`: exact character
   probabilities need a sum over every tokenization covering the next character (Vieira et
   al. 2024, "From Language Models over Tokens to Language Models over Characters"), which
   is not implemented, and an approximation is never given silently.
