@@ -16,8 +16,13 @@ from __future__ import annotations
 import gc
 import os
 
-BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-"""Environment variables that size the BLAS thread pools NumPy and SciPy load."""
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+"""Environment variables that size the BLAS thread pools NumPy and SciPy load.
+
+Not ``OMP_NUM_THREADS``: OpenBLAS reads its own variable first, and Arrow sizes its CPU thread
+pool from ``OMP_NUM_THREADS`` (``pyarrow.cpu_count()``), so setting it would make the
+multi-threaded jsonl decoding of ``lmc stats`` single-threaded (BENCHMARKS.md: 0.78 s against
+0.60 s for a 260k-row log on 2 cores); torch reads it too."""
 
 
 def limit_blas_threads() -> None:

@@ -76,13 +76,20 @@ def test_blas_is_limited_to_one_thread_in_lmc_stats(tmp_path):
         "from lmchallenge import cli\n"
         "from lmchallenge.stats import columnar  # noqa: F401  (NumPy, pyarrow)\n"
         "import threadpoolctl\n"
+        "import pyarrow\n"
         "pools = threadpoolctl.threadpool_info()\n"
-        "print(json.dumps([p['num_threads'] for p in pools if p['user_api'] == 'blas']))\n")
+        "print(json.dumps([p['num_threads'] for p in pools if p['user_api'] == 'blas']))\n"
+        "print(pyarrow.cpu_count())\n")
     env = {"PATH": "/usr/bin:/bin"}
     result = subprocess.run([PYTHON, str(probe)], capture_output=True, text=True, env=env,
                             check=True)
-    threads = json.loads(result.stdout)
+    blas, arrow = result.stdout.splitlines()
+    threads = json.loads(blas)
     assert threads and set(threads) == {1}, threads
+    # Arrow's thread pool (the jsonl decoding of lmc stats) keeps its default size
+    control = subprocess.run([PYTHON, "-c", "import pyarrow; print(pyarrow.cpu_count())"],
+                             capture_output=True, text=True, env=env, check=True)
+    assert int(arrow) == int(control.stdout), (arrow, control.stdout)
 
 
 def test_blas_threads_unlimited_without_lmc(tmp_path):
