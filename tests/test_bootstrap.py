@@ -146,18 +146,24 @@ def test_coverage_on_simulated_data_is_nominal():
     assert 930 <= int(done.stdout) <= 970
 
 
-def test_resampling_is_chunked_and_reproducible(monkeypatch):
+def test_resampling_is_reproducible_and_independent_of_threads(monkeypatch):
     table = simulated_groups(np.random.default_rng(5), 50)
     metric = [("hit1", "hit1", "tokens")]
     whole = bootstrap.intervals(table, metric, bootstrap.Settings(0.9, 300, 4))
     again = bootstrap.intervals(table, metric, bootstrap.Settings(0.9, 300, 4))
     assert whole == again
     assert bootstrap.intervals(table, metric, bootstrap.Settings(0.9, 300, 5)) != whole
-    monkeypatch.setattr(bootstrap, "CHUNK_CELLS", 50 * 7)     # 7 resamples per chunk
-    chunks = list(bootstrap.resample_counts(np.random.default_rng(0), 50, 20))
-    assert [len(c) for c in chunks] == [7, 7, 6]
-    assert all((c.sum(axis=1) == 50).all() for c in chunks)
-    assert bootstrap.intervals(table, metric, bootstrap.Settings(0.9, 300, 4)) == whole  # same stream of draws
+    settings = bootstrap.Settings(0.9, 100, 4)
+    one_thread = bootstrap.resampled_totals(table.sums, settings)
+    assert one_thread.shape == (100, table.sums.shape[1])
+    monkeypatch.setattr(bootstrap, "PARALLEL_DRAWS", 0)        # every table on several threads
+    monkeypatch.setattr(bootstrap.os, "cpu_count", lambda: 4)
+    assert np.array_equal(bootstrap.resampled_totals(table.sums, settings), one_thread)
+    assert bootstrap.intervals(table, metric, bootstrap.Settings(0.9, 300, 4)) == whole
+    # each resample draws 50 groups: the totals of a column of ones count them
+    ones = np.ones((50, 1))
+    assert (bootstrap.resampled_totals(ones, settings) == 50).all()
+    assert (bootstrap.resampled_totals(np.zeros((0, 3)), settings) == 0).all()
 
 
 def test_settings_are_checked():
