@@ -164,6 +164,12 @@ def test_resampling_is_reproducible_and_independent_of_threads(monkeypatch):
     ones = np.ones((50, 1))
     assert (bootstrap.resampled_totals(ones, settings) == 50).all()
     assert (bootstrap.resampled_totals(np.zeros((0, 3)), settings) == 0).all()
+    # many groups: each block draws a few resamples at a time (here 5 of its 32)
+    monkeypatch.setattr(bootstrap, "DRAWN_CELLS", 50 * 5)
+    threaded = bootstrap.resampled_totals(table.sums, settings)
+    assert (bootstrap.resampled_totals(ones, settings) == 50).all()
+    monkeypatch.setattr(bootstrap, "PARALLEL_DRAWS", 1 << 40)
+    assert np.array_equal(bootstrap.resampled_totals(table.sums, settings), threaded)
 
 
 def test_settings_are_checked():
