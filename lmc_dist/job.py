@@ -1,7 +1,7 @@
 """``lmc-dist run``: a game over a corpus on a Dask cluster, partition by partition.
 
 The client locks the run dir (:mod:`lmc_dist.commit`), scans the corpus into partitions
-(:mod:`lmc_dist.partition`), submits one task per partition (workers read their byte range
+(:mod:`lmc_dist.partition`) while the embedded cluster starts, submits one task per partition (workers read their byte range
 themselves and write ``_temporary/part-NNNNN.parquet``/``.jsonl.gz`` atomically), records
 each finished partition in ``_manifest.json`` as soon as its task ends, merges the
 partitions' statistics states in partition order (the wr mixture fit is evaluated where the
@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -38,7 +39,8 @@ from lmc_dist import manifest as mf
 from lmc_dist import reduce
 from lmc_dist.partition import scan
 from lmc_dist.resources import Resources, require_offered
-from lmc_dist.quiet import TASK_PREFIX, client_filters, quiet_interruption, sigint_deferred
+from lmc_dist.quiet import (TASK_PREFIX, client_filters, quiet_interruption, sigint_deferred,
+                            start_without_sigint)
 from lmc_dist.sizing import ForCluster, PartitionSize, query_cost, recorded_size
 from lmc_dist.worker import (PLUGIN_NAME, ModelPool, PartitionTask, evaluate_partition, part_name,
                              state_of_existing_part)
@@ -133,7 +135,7 @@ def connect(job: DistJob) -> Iterator[Client]:
     The scheduler's HTTP server (which runs with or without a dashboard) takes a free
     loopback port, not 8787, which another cluster on the machine may hold."""
     if job.scheduler:
-        with client_filters(), Client(job.scheduler) as client, quiet_interruption():
+        with client_filters(), scheduler_client(job.scheduler) as client, quiet_interruption():
             yield client
         return
     n = job.workers or os.cpu_count() or 1
@@ -153,6 +155,18 @@ def connect(job: DistJob) -> Iterator[Client]:
                        "(with --resume if the run dir holds a run)") from None
     with client_filters(), cluster, Client(cluster) as client, quiet_interruption():
         yield client
+
+
+def scheduler_client(address: str) -> Client:
+    """A client of the Dask scheduler at ``address``.
+
+    Raises:
+        LmcError: no scheduler answers there (within Dask's ``distributed.comm.timeouts.connect``).
+    """
+    try:
+        return Client(address)
+    except (OSError, TimeoutError) as e:
+        raise LmcError(f"cannot reach the Dask scheduler at {address} ({str(e).rstrip('.')})") from None
 
 
 def cluster_name(job: DistJob) -> str:
@@ -219,7 +233,7 @@ def cluster_size(job: DistJob) -> int:
     if job.workers:
         return job.workers
     if job.scheduler:
-        with Client(job.scheduler) as client:
+        with scheduler_client(job.scheduler) as client:
             found = client.scheduler_info().get("workers", {})
             if job.resources:
                 return require_offered(found, job.resources, cluster_name(job))
@@ -249,8 +263,71 @@ def _execute_locked(job: DistJob, started: float) -> RunReport:
     if old is not None and not job.resume:
         raise LmcError(f"{job.run_dir} already holds a run (_manifest.json): use --resume to "
                        "finish it, or a new --run-dir")
-    scanned = scan(job.input, job.corpus_format, partition_size(job, old), job.train,
-                   job.run_dir, cost=query_cost(job.game))
+    with scanned_while_connecting(job, old) as (client, scanned):
+        report = _run_scanned(job, client, scanned, old)
+    commit.remove_leftovers(job.run_dir)
+    report.seconds = time.monotonic() - started     # the cluster's shutdown included
+    return report
+
+
+@contextlib.contextmanager
+def scanned_while_connecting(job: DistJob, old: dict[str, Any] | None) -> Iterator[tuple[Client, Any]]:
+    """A client (:func:`connect`) and the scanned corpus (:func:`lmc_dist.partition.scan`),
+    the scan running in a thread while the embedded cluster starts: its worker processes
+    import Dask for about half a second, a 1M-line corpus takes seconds to scan, and neither
+    waits for the other (BENCHMARKS.md, "scaling").  A bad corpus is reported even when the
+    cluster fails to start too.
+
+    Raises:
+        InputError: the corpus is bad (no model has started; the cluster is shut down).
+        LmcError: the cluster did not start.
+    """
+    scanning = Background(scan, job.input, job.corpus_format, partition_size(job, old), job.train,
+                          job.run_dir, cost=query_cost(job.game))
+    try:
+        with connect(job) as client:
+            yield client, scanning.result()
+    except LmcError:
+        scanning.result()       # the corpus' error first: the cluster's may follow from it
+        raise
+
+
+class Background:
+    """``function(*args, **kwargs)`` running in a daemon thread from construction (an
+    interrupted ``lmc-dist`` exits without waiting for it; a Ctrl-C goes to the main thread,
+    :func:`lmc_dist.quiet.start_without_sigint`)."""
+
+    def __init__(self, function: Any, *args: Any, **kwargs: Any) -> None:
+        self._done = threading.Event()
+        self._value: Any = None
+        self._error: BaseException | None = None
+        start_without_sigint(threading.Thread(
+            target=self._run, args=(function, args, kwargs), daemon=True,
+            name=f"lmc-dist-{getattr(function, '__name__', 'background')}"))
+
+    def _run(self, function: Any, args: tuple, kwargs: dict) -> None:
+        try:
+            self._value = function(*args, **kwargs)
+        except BaseException as e:  # noqa: BLE001 - handed to the thread that asks
+            self._error = e
+        finally:
+            self._done.set()
+
+    def result(self) -> Any:
+        """The function's value, once it has returned.
+
+        Raises:
+            BaseException: what the function raised.
+        """
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any] | None) -> RunReport:
+    """Record the run in its manifest, run the partitions still to do and commit the run
+    (when all of them succeeded); the report's ``seconds`` is left for the caller."""
     manifest = _identity(job, scanned, old)
     if old is not None:
         mf.check_resumable(old, manifest)
@@ -268,29 +345,27 @@ def _execute_locked(job: DistJob, started: float) -> RunReport:
                            game=job.game, predictor=job.predictor, train=job.train,
                            out_format=job.out_format)
              for p in scanned.partitions]
-    with connect(job) as client:
-        register_model_pool(client, job)
-        found = client.scheduler_info().get("workers", {})
-        workers = len(found) or (job.workers or 1)
-        if job.resources:
-            workers = require_offered(found, job.resources, cluster_name(job))
-        if client.dashboard_link and _dashboard_address() is not None or job.scheduler:
-            LOG.warning("dask dashboard: %s", client.dashboard_link)
-        outcomes, errors = _run_partitions(client, job, tasks, done, manifest)
-        stats = None
-        if not errors:
-            stats = reduce.global_stats(client, [outcomes[i] for i in range(len(tasks))],
-                                        intervals=job.intervals, parts=[
-                                            str(finished_part(job.run_dir, p["file"]))
-                                            for p in manifest["partitions"]])
-            client.cancel(list(outcomes.values()))   # released: a worker lost now costs nothing
-            commit.commit(job.run_dir, manifest, stats)
-            if job.output:
-                write_output(job.run_dir, [p["file"] for p in manifest["partitions"]], job.output,
-                             job.game.name, client)
+    register_model_pool(client, job)
+    found = client.scheduler_info().get("workers", {})
+    workers = len(found) or (job.workers or 1)
+    if job.resources:
+        workers = require_offered(found, job.resources, cluster_name(job))
+    if client.dashboard_link and _dashboard_address() is not None or job.scheduler:
+        LOG.warning("dask dashboard: %s", client.dashboard_link)
+    outcomes, errors = _run_partitions(client, job, tasks, done, manifest)
+    stats = None
+    if not errors:
+        stats = reduce.global_stats(client, [outcomes[i] for i in range(len(tasks))],
+                                    intervals=job.intervals, parts=[
+                                        str(finished_part(job.run_dir, p["file"]))
+                                        for p in manifest["partitions"]])
+        client.cancel(list(outcomes.values()))   # released: a worker lost now costs nothing
+        commit.commit(job.run_dir, manifest, stats)
+        if job.output:
+            write_output(job.run_dir, [p["file"] for p in manifest["partitions"]], job.output,
+                         job.game.name, client)
     tokens = sum(p.get("rows") or 0 for p in manifest["partitions"] if p["state"] == "done")
-    commit.remove_leftovers(job.run_dir)
-    return RunReport(stats=stats or {}, tokens=tokens, seconds=time.monotonic() - started,
+    return RunReport(stats=stats or {}, tokens=tokens, seconds=0.0,
                      workers=workers, partitions=len(tasks), failed=failure_messages(tasks, errors),
                      failed_partitions=len(errors))
 

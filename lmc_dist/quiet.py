@@ -135,6 +135,20 @@ def sigint_deferred() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
+def start_without_sigint(thread: threading.Thread) -> None:
+    """Start ``thread`` with SIGINT blocked in it (a new thread inherits its starter's signal
+    mask): the kernel then never hands a Ctrl-C to it, where :func:`sigint_deferred` could not
+    keep it pending, but to the main thread, which runs Python's handlers anyway."""
+    if not hasattr(signal, "pthread_sigmask"):
+        thread.start()
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 @contextlib.contextmanager
 def quiet_interruption() -> Iterator[None]:
     """On KeyboardInterrupt out of the body, disable logging for the rest of the process

@@ -251,6 +251,42 @@ def test_bad_corpus_stops_before_any_model(tmp_path):
     assert not list((tmp_path / "run").glob("part-*"))
 
 
+def test_the_corpus_is_scanned_while_the_cluster_starts(tmp_path, monkeypatch):
+    """The scan does not wait for the cluster, nor the cluster for the scan: each of the two
+    (stand-ins around the real scan) waits until the other has begun, which only a scan
+    running beside the cluster's start lets both do."""
+    import threading
+
+    from lmc_dist import job as job_module
+    from lmchallenge.games.spec import GameSpec
+    from lmchallenge.model.spec import PredictorSpec
+
+    connecting, scanned = threading.Event(), threading.Event()
+    real_scan = job_module.scan
+
+    def scan(*args, **kwargs):
+        assert connecting.wait(10), "the scan waited for the cluster"
+        result = real_scan(*args, **kwargs)
+        scanned.set()
+        return result
+
+    @contextlib.contextmanager
+    def connect(job):
+        connecting.set()
+        assert scanned.wait(10), "the cluster waited for the scan"
+        yield "the client"
+
+    monkeypatch.setattr(job_module, "scan", scan)
+    monkeypatch.setattr(job_module, "connect", connect)
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("one message\ntwo\nthree\n")
+    job = job_module.DistJob(predictor=PredictorSpec(toy_model_command()), game=GameSpec("we"),
+                             input=str(corpus), run_dir=str(tmp_path / "run"), workers=1)
+    with job_module.scanned_while_connecting(job, None) as (client, result):
+        assert client == "the client"
+        assert (result.messages, result.characters) == (3, 19)
+
+
 def _embedded_settings() -> dict:
     import dask
     from lmc_dist.job import EMBEDDED_CONFIG

@@ -8,8 +8,10 @@ import csv
 import gzip
 import io
 import json
+import os
 import random
 import resource
+import socket
 import subprocess
 import zlib
 from pathlib import Path
@@ -26,8 +28,9 @@ VOCAB = DATA / "vocab" / "american-english.no-possessive.txt"
 PRETTY_LOGS = Path(__file__).parent / "data" / "pretty"
 
 
-def run(*argv: str, stdin: bytes | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(list(argv), input=stdin, capture_output=True, timeout=300, cwd=cwd)
+def run(*argv: str, stdin: bytes | None = None, cwd: Path | None = None,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(list(argv), input=stdin, capture_output=True, timeout=300, cwd=cwd, env=env)
 
 
 def assert_error(result: subprocess.CompletedProcess, message: str, prog: str = "lmc") -> None:
@@ -283,3 +286,25 @@ def test_wr_fit_below_the_base_warns_and_reports_a_fit_at_least_base(tmp_path):
     assert stats["accuracy_at_least_base"] == stats["base_accuracy"]
     assert result.stderr.decode().startswith(
         "WARNING\twr: the reranking fit ends below the error model alone: 0 tokens correct vs ")
+
+
+@pytest.mark.parametrize("corpus_rows, workers, message", [
+    ([{"text": "a b"}], ["--workers", "1"], "cannot reach the Dask scheduler at {address} ("),
+    ([{"text": "a b"}], [], "cannot reach the Dask scheduler at {address} ("),   # asked for its size
+    ([{"text": "a"}, {"user": "x"}], ["--workers", "1"], '{corpus}:2: row has no "text"'),
+])
+def test_an_unreachable_scheduler_is_one_line_and_a_bad_corpus_is_named_first(
+        tmp_path, corpus_rows, workers, message):
+    """No traceback for a wrong --scheduler address; when the corpus is bad too (it is scanned
+    while the client connects), the corpus' error is the one reported."""
+    corpus = write_rows(tmp_path / "c.jsonl", corpus_rows)
+    with socket.socket() as s:      # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    result = run(LMC_DIST, "run", toy_model_command(), "we", "--input", str(corpus),
+                 "--run-dir", str(tmp_path / "run"), "--scheduler", address, *workers,
+                 env={**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"})
+    assert result.returncode == 2, result.stderr.decode()
+    expected = "lmc-dist: error: " + message.format(address=address, corpus=corpus)
+    assert result.stderr.decode().startswith(expected), result.stderr.decode()
+    assert result.stderr.decode().count("\n") == 1, result.stderr.decode()
