@@ -25,6 +25,7 @@ of the plain copy; a gzip stream cannot be entered in the middle), then scanned.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import gzip
 import hashlib
@@ -157,23 +158,28 @@ def _decompress(path: str, plain_copy: str) -> None:
 
 def _lines(path: str, fmt: str, name: str) -> Iterator[_Line]:
     """Numbered, validated lines of the plain file ``path`` with their byte ranges (errors
-    name the corpus as ``name``)."""
+    name the corpus as ``name``): one :func:`lmchallenge.corpus.decode_lines` pass over the
+    file, each raw line's length noted as it goes by."""
+    sizes: collections.deque[int] = collections.deque()
+
+    def measured(stream: Iterator[bytes]) -> Iterator[bytes]:
+        for data in stream:
+            sizes.append(len(data))
+            yield data
+
     with fsspec.open(path, "rb") as stream:
         offset = 0
-        try:
-            for number, data in enumerate(stream, start=1):
-                start, offset = offset, offset + len(data)
-                yield _Line(start, offset, number, _parse(data, name, number, fmt))
-        except OSError as e:
-            raise InputError(name, None, f"cannot read: {e}") from None
+        for number, text in decode_lines(measured(stream), name):
+            start = offset
+            offset += sizes.popleft()
+            yield _Line(start, offset, number, _message(text, name, number, fmt))
 
 
-def _parse(data: bytes, name: str, number: int, fmt: str) -> Message | None:
-    for _, text in decode_lines([data], name, first_line=number):
-        if fmt == "json":
-            return parse_json_row(text, name, number) if text.strip() else None
-        return Message(user=None, text=text, line=number)
-    return None
+def _message(text: str, name: str, number: int, fmt: str) -> Message | None:
+    """The message of line ``number`` (decoded ``text``); None for a blank line of a json corpus."""
+    if fmt == "json":
+        return parse_json_row(text, name, number) if text.strip() else None
+    return Message(user=None, text=text, line=number)
 
 
 def detect_format(path: str) -> str:
@@ -327,9 +333,10 @@ def read_partition(path: str, partition: Partition, fmt: str,
     with fsspec.open(path, "rb") as f:
         f.seek(partition.start)
         data = f.read(partition.end - partition.start)
+    name = name or path
     messages = []
-    for number, raw in enumerate(io.BytesIO(data), start=partition.first_line):
-        message = _parse(raw, name or path, number, fmt)
+    for number, text in decode_lines(io.BytesIO(data), name, first_line=partition.first_line):
+        message = _message(text, name, number, fmt)
         if message is not None:
             messages.append(message)
     return messages
