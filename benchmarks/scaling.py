@@ -21,7 +21,11 @@ Printed per game and run: wall seconds; CPU-seconds of all processes (the proces
 (``/usr/bin/time`` around each model) and the evaluator's (the rest); evaluator microseconds
 per token; cores busy (CPU-seconds / wall); speed-up over `lmc run` (its wall / this wall);
 and the ratio to the CPU limit: wall / (CPU-seconds of `lmc run` / workers), the issue 12
-target being <= 1.25 at 16 workers.  With ``--check`` every `lmc-dist` run also writes
+target being <= 1.25 at 16 workers.  With ``--parallel-runs``, each ``lmc-dist`` run on N > 1
+workers is preceded by N ``lmc run`` processes at once, each on 1/N of the corpus's lines:
+what the machine's cores give this model with no Dask at all (on 2 shared cores that, and
+not 2x, is the ceiling; BENCHMARKS.md, "scaling"), and the ``lmc-dist`` wall is printed over
+theirs.  With ``--check`` every `lmc-dist` run also writes
 ``--output`` and its log must equal `lmc run`'s byte for byte (costs a join per run).
 
 Then the run-time model of BENCHMARKS.md ("scaling", "past one machine"): the costs it needs
@@ -131,6 +135,46 @@ def run(argv: list[str], cpu_file: Path, stdout=subprocess.DEVNULL) -> Measured:
                     launched=launched, ended=launched + wall)
 
 
+def run_parallel(argvs: list[list[str]], cpu_file: Path) -> Measured:
+    """Run every command of ``argvs`` at once, to completion: wall time from the first
+    launch to the last exit, and the CPU of all their process trees."""
+    cpu_file.unlink(missing_ok=True)
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
+    before = children_cpu()
+    launched = time.time()
+    start = time.perf_counter()
+    processes = [subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+                 for argv in argvs]
+    errors = [(argv, p.communicate()[1]) for argv, p in zip(argvs, processes)]
+    wall = time.perf_counter() - start
+    for (argv, stderr), p in zip(errors, processes):
+        if p.returncode != 0:
+            sys.exit(f"{shlex.join(argv)} failed:\n{stderr.decode()[-3000:]}")
+    return Measured(wall=wall, cpu=children_cpu() - before, model_cpu=model_cpu(cpu_file),
+                    launched=launched, ended=launched + wall)
+
+
+def split_corpus(corpus: Path, parts: int, work: Path) -> list[Path]:
+    """``corpus`` cut into ``parts`` files of consecutive lines, as equal in characters as
+    whole lines allow."""
+    lines = corpus.read_text(encoding="utf-8").splitlines(keepends=True)
+    total = sum(map(len, lines))
+    paths, chunk, size = [], [], 0
+    for line in lines:
+        chunk.append(line)
+        size += len(line)
+        if size >= total * (len(paths) + 1) / parts and len(paths) < parts - 1:
+            paths.append(_write_chunk(work / f"{corpus.stem}-{len(paths)}-of-{parts}.txt", chunk))
+            chunk = []
+    paths.append(_write_chunk(work / f"{corpus.stem}-{len(paths)}-of-{parts}.txt", chunk))
+    return paths
+
+
+def _write_chunk(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(lines), encoding="utf-8")
+    return path
+
+
 def model_command(model_file: Path, repeat: int, cpu_file: Path) -> str:
     """The shell command of the model, wrapped in /usr/bin/time (appending its CPU seconds)."""
     if repeat == 1:
@@ -228,6 +272,14 @@ def measure_game(game: str, corpus: Path, model: str, cpu_file: Path, work: Path
     print_row(rows[0])
     partitions: dict[int, list[dict]] = {}
     for workers in args.workers:
+        if args.parallel_runs and workers > 1:
+            chunks = split_corpus(corpus, workers, work)
+            m = run_parallel([[str(BIN / "lmc"), "run", model, game, str(chunk)] for chunk in chunks],
+                             cpu_file)
+            rows.append(row(game, f"{workers} x lmc run on 1/{workers}", workers, m, tokens, single))
+            print_row(rows[-1])
+            for chunk in chunks:
+                chunk.unlink()
         run_dir = work / f"run-{game}-{workers}"
         shutil.rmtree(run_dir, ignore_errors=True)
         argv = [str(BIN / "lmc-dist"), "run", model, game, "--input", str(corpus),
@@ -248,6 +300,9 @@ def measure_game(game: str, corpus: Path, model: str, cpu_file: Path, work: Path
                         len(partitions[workers])))
         rows[-1].launched, rows[-1].ended = m.launched, m.ended  # type: ignore[attr-defined]
         print_row(rows[-1])
+        parallel = [r for r in rows if r.run.endswith(f" x lmc run on 1/{workers}")]
+        if parallel:
+            print(f"  {'':<26} {m.wall / parallel[-1].wall:8.2f} x the wall of {workers} x lmc run")
         shutil.rmtree(run_dir, ignore_errors=True)
     single_log.unlink()
     return rows, partitions, single
@@ -359,6 +414,8 @@ def model_report(game: str, rows: list[Row], partitions: dict[int, list[dict]], 
           f"scan {costs.per_byte_scan * 1e9:.1f} ns per byte, {costs.cores_per_worker:.2f} cores "
           f"per worker")
     for r in rows[1:]:
+        if not r.run.startswith("lmc-dist"):
+            continue
         sizes = [p["rows"] for p in partitions[r.workers]]
         p = predict(costs, tokens, corpus_bytes, len(sizes), r.workers, sizes, corpus_bytes,
                     cores=os.cpu_count())
@@ -426,6 +483,9 @@ def main() -> None:
                         help="also write --output and compare it with lmc run's log")
     parser.add_argument("--ceiling", action="store_true",
                         help="measure the machine's ceiling for the largest worker count first")
+    parser.add_argument("--parallel-runs", action="store_true",
+                        help="before each lmc-dist run on N > 1 workers, N lmc runs at once on "
+                             "1/N of the corpus each (what the cores give this model without Dask)")
     parser.add_argument("--task-cost", action="store_true",
                         help="measure the client's and scheduler's serial cost per task first")
     parser.add_argument("--json", type=Path, default=None, help="write the rows here")
@@ -463,10 +523,10 @@ def main() -> None:
             corpus = args.corpus or work / f"corpus-{lines}.txt"
             if args.corpus is None and not corpus.exists():
                 build_corpus(corpus, lines, args.text)
-            start = time.perf_counter()
             from lmc_dist.partition import scan
             from lmc_dist.sizing import ForCluster, query_cost
             from lmchallenge.games.spec import GameSpec
+            start = time.perf_counter()    # the scan alone, its modules imported
             scanned = scan(str(corpus), "text", ForCluster(1), False, str(work),
                            cost=query_cost(GameSpec(game)))
             scan_seconds = time.perf_counter() - start
