@@ -20,6 +20,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -417,13 +418,19 @@ def _summary_on_worker(key: str, dask_worker=None) -> dict[str, Any]:
 
 def summary_now(client: Client, future: Any) -> dict[str, Any]:
     """The finished partition ``future``'s summary, asked of the worker that holds it at
-    once; through a task only if that worker is gone (Dask then reads the file again)."""
+    once; through a task only if that worker is gone (Dask then reads the file again).
+
+    Raises:
+        CancelledError: the client lost the scheduler (Dask cancels its futures).
+    """
     holders = client.who_has([future]).get(future.key) or ()
     for address in holders:
         try:
             return client.run(_summary_on_worker, future.key, workers=[address])[address]
         except Exception:  # noqa: BLE001 - the worker left or spilled it: ask through a task
             break
+    if client.status != "running":  # it lost the scheduler: a task would wait for its return
+        raise CancelledError(f"{future.key}: the client lost the scheduler")
     return client.submit(_summary, future, pure=False).result()
 
 
@@ -434,6 +441,9 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], do
 
     Returns:
         (futures of the partition outcomes by index, errors of failed partitions by index).
+    Raises:
+        LmcError: the client lost the scheduler (the manifest is saved: ``--resume``).
+        KeyboardInterrupt: after cancelling the tasks and saving the manifest.
     """
     run_id = uuid.uuid4().hex[:8]
     order = sorted(tasks, key=lambda t: -(t.partition.queries or t.partition.characters)) \
@@ -461,6 +471,8 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], do
         for future in as_completed(list(futures)):
             index = futures[future]
             entry = manifest["partitions"][index]
+            if future.status == "cancelled":   # the client lost the scheduler: Dask cancels them all
+                raise CancelledError(f"partition {index}'s task was cancelled")
             if future.status == "error":
                 errors[index] = future.exception()
                 entry.update(state="failed", error=str(errors[index]))
@@ -477,6 +489,12 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], do
         client.cancel(list(futures))
         mf.save(job.run_dir, manifest)
         raise
+    except CancelledError:      # raised above, or by a summary asked as the scheduler went away
+        mf.save(job.run_dir, manifest)
+        done = sum(finished_part(job.run_dir, p["file"]) is not None for p in manifest["partitions"])
+        raise LmcError(f"lost {cluster_name(job)} during the run; {done} of {len(tasks)} partitions "
+                       f"are done and kept in {job.run_dir}: run again with --resume when the "
+                       "cluster is back") from None
     finally:
         bar.close()
     return outcomes, errors

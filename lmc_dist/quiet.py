@@ -15,6 +15,10 @@
   from sync's ``cancel`` (its future is not set yet; an upstream race), logged by the loop
   thread before the client's main thread is back in lmc-dist's code.  The client drops that
   record (:class:`SyncCancelRace`, :func:`client_filters`).
+* A scheduler that goes away during a run (``--scheduler``) cancels every task the client
+  holds: lmc-dist saves the manifest and says so in one line (``--resume`` finishes the run).
+  Closing the client then cuts short its attempt to reconnect, which ``distributed`` logs
+  with a trace; the client drops those records (:class:`LostScheduler`).
 * A worker that closes (the embedded cluster at the end of every run, a cluster scaled down)
   while its heartbeat to the scheduler is under way logs the heartbeat's failure, with a
   trace, at ERROR: the worker's own connection pool, closing, cut the heartbeat off (an
@@ -25,6 +29,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import signal
@@ -67,17 +72,42 @@ class SyncCancelRace(logging.Filter):
                     and code.co_filename.endswith(("distributed/utils.py", "distributed\\utils.py")))
 
 
+RECONNECT_FAILED = "Failed to reconnect to scheduler after %.2f seconds, closing client"
+"""The message ``distributed.client`` logs when its attempt to reconnect ends unsuccessfully
+(also when the client is closed meanwhile, with the full timeout in the text)."""
+
+
+class LostScheduler(logging.Filter):
+    """Drops ``distributed.client``'s records of a reconnection cut short: when the scheduler
+    goes away the client tries to reconnect, and lmc-dist, closing it at once to report the
+    lost cluster in one line, cancels that attempt, which ``distributed`` logs at ERROR twice
+    (its coroutine cancelled, with a trace ending in ``asyncio.CancelledError``, and
+    :data:`RECONNECT_FAILED`, which then names a timeout that did not pass); and the client's
+    batched stream to the scheduler logs its closing at INFO, with a trace (Dask's logging
+    configuration shows ``distributed``'s INFO records)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "distributed.batched":   # "Batched Comm Closed", with a trace
+            return record.levelno >= logging.WARNING
+        error = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(error, asyncio.CancelledError) or record.msg == RECONNECT_FAILED)
+
+
 @contextlib.contextmanager
 def client_filters() -> Iterator[None]:
     """While the body runs, the client process drops :class:`SyncCancelRace`'s records
-    (tornado logs the loop's callback errors as ``tornado.application``)."""
-    logger = logging.getLogger("tornado.application")
-    race = SyncCancelRace()
-    logger.addFilter(race)
+    (tornado logs the loop's callback errors as ``tornado.application``) and
+    :class:`LostScheduler`'s."""
+    filtered = [(logging.getLogger("tornado.application"), SyncCancelRace()),
+                (logging.getLogger("distributed.client"), LostScheduler()),
+                (logging.getLogger("distributed.batched"), LostScheduler())]
+    for logger, drop in filtered:
+        logger.addFilter(drop)
     try:
         yield
     finally:
-        logger.removeFilter(race)
+        for logger, drop in filtered:
+            logger.removeFilter(drop)
 
 
 HEARTBEAT_FAILED = "Failed to communicate with scheduler during heartbeat."

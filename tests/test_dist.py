@@ -241,6 +241,50 @@ def test_model_crash_then_resume(tmp_path, two_workers):
     assert again.returncode == 2 and "already holds a run" in again.stderr.decode()
 
 
+@pytest.mark.slow
+def test_scheduler_lost_mid_run_is_one_line_then_resume_on_a_new_cluster(tmp_path):
+    """The scheduler killed while partitions run: one error line at once (not a trace after
+    Dask's 30-second reconnection attempt), the finished partitions recorded; --resume on a
+    new cluster finishes the run with lmc run's log."""
+    corpus = tmp_path / "kjv.txt"
+    with open(DATA / "kjv" / "test.sample.txt", "rb") as f:
+        corpus.write_bytes(b"".join(f.readline() for _ in range(90)))
+    run_dir = tmp_path / "run"
+    model = toy_model_command("--delay", "0.003")
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+    with cluster(1, tmp_path / "first") as c:
+        args = ["run", model, "we", "--input", str(corpus), "--run-dir", str(run_dir),
+                "--partition-chars", "300", "--no-progress"]
+        proc = subprocess.Popen([str(BIN / "lmc-dist"), *args, "--scheduler", c.address],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 120
+        while not list((run_dir / "_temporary").glob("part-*")) and proc.poll() is None:
+            assert time.monotonic() < deadline, "no partition finished"
+            time.sleep(0.02)
+        c.scheduler.kill()
+        started = time.monotonic()
+        _, err = proc.communicate(timeout=120)
+        took = time.monotonic() - started
+    err = err.decode()
+    lines = [line for line in err.splitlines() if not line.startswith("WARNING\tdask dashboard")]
+    assert proc.returncode == 2, err
+    assert len(lines) == 1 and lines[0].startswith(
+        f"lmc-dist: error: lost the Dask cluster at {c.address} during the run; "), err
+    assert lines[0].endswith(f"partitions are done and kept in {run_dir}: run again with --resume "
+                             "when the cluster is back"), err
+    assert took < 20, f"reported after {took:.0f} s"
+    manifest = json.loads((run_dir / "_manifest.json").read_text())
+    kept = list((run_dir / "_temporary").glob("part-*"))   # the worker may finish one more
+    said = int(lines[0].split("during the run; ")[1].split(" of ")[0])
+    assert f"; {said} of {len(manifest['partitions'])} partitions are done" in lines[0]
+    assert 0 < said <= len(kept) < len(manifest["partitions"])
+    assert not (run_dir / "_stats.json").exists()
+    with cluster(1, tmp_path / "second") as c2:
+        lmc_dist(args + ["--scheduler", c2.address, "--resume"])
+    assert concatenated(run_dir) == lmc_run(["we"], corpus)
+
+
 def test_bad_corpus_stops_before_any_model(tmp_path):
     corpus = tmp_path / "c.jsonl"
     corpus.write_text('{"text": "a"}\n{"user": "x"}\n')

@@ -222,6 +222,32 @@ def test_quiet_worker_installs_one_heartbeat_filter_per_worker():
         logger.filters[:] = before
 
 
+def test_the_records_of_a_lost_scheduler_are_dropped_and_no_other():
+    """What the client logs as lmc-dist closes it after losing the scheduler (seen in
+    tests/test_dist.py's scheduler-lost test) is dropped; other records of those loggers stay."""
+    import asyncio
+
+    from lmc_dist.quiet import RECONNECT_FAILED, LostScheduler
+
+    def record(name: str, level: int, message: str, error: BaseException | None = None,
+               args: tuple = ()) -> logging.LogRecord:
+        try:
+            if error is not None:
+                raise error
+        except BaseException:  # noqa: BLE001 - a record with its exc_info
+            return logging.LogRecord(name, level, "client.py", 1, message, args, sys.exc_info())
+        return logging.LogRecord(name, level, "client.py", 1, message, args, None)
+
+    lost = LostScheduler()
+    assert not lost.filter(record("distributed.client", logging.ERROR, "", asyncio.CancelledError()))
+    assert not lost.filter(record("distributed.client", logging.ERROR, RECONNECT_FAILED, args=(30.0,)))
+    assert not lost.filter(record("distributed.batched", logging.INFO, "Batched Comm Closed %r",
+                                  CommClosedError(), args=("<TCP>",)))
+    assert lost.filter(record("distributed.batched", logging.WARNING, "something else"))
+    assert lost.filter(record("distributed.client", logging.ERROR, "", OSError("refused")))
+    assert lost.filter(record("distributed.client", logging.WARNING, "Couldn't gather keys"))
+
+
 def test_the_scan_thread_never_takes_a_ctrl_c_from_the_main_thread():
     """Started with SIGINT blocked (the main thread's mask unchanged): the kernel hands a
     Ctrl-C during the cluster's start to the main thread, where it is kept pending."""
