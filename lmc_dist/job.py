@@ -1,8 +1,9 @@
 """``lmc-dist run``: a game over a corpus on a Dask cluster, partition by partition.
 
 The client locks the run dir (:mod:`lmc_dist.commit`), scans the corpus into partitions
-(:mod:`lmc_dist.partition`) while the embedded cluster starts, submits one task per partition (workers read their byte range
-themselves and write ``_temporary/part-NNNNN.parquet``/``.jsonl.gz`` atomically), records
+(:mod:`lmc_dist.partition`) while the embedded cluster starts, submits one task per
+partition (workers read their byte range themselves and write
+``_temporary/part-NNNNN.parquet``/``.jsonl.gz`` atomically), records
 each finished partition in ``_manifest.json`` as soon as its task ends, merges the
 partitions' statistics states in partition order (the wr mixture fit is evaluated where the
 score matrices are, see :mod:`lmc_dist.reduce`), commits the run (``_stats.json``, the parts
