@@ -122,20 +122,10 @@ def model_cpu(path: Path) -> float:
 
 def run(argv: list[str], cpu_file: Path, stdout=subprocess.DEVNULL) -> Measured:
     """Run ``argv`` to completion, measuring its wall time and its process tree's CPU."""
-    cpu_file.unlink(missing_ok=True)
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
-    before = children_cpu()
-    launched = time.time()
-    start = time.perf_counter()
-    done = subprocess.run(argv, stdout=stdout, stderr=subprocess.PIPE, env=env)
-    wall = time.perf_counter() - start
-    if done.returncode != 0:
-        sys.exit(f"{shlex.join(argv)} failed:\n{done.stderr.decode()[-3000:]}")
-    return Measured(wall=wall, cpu=children_cpu() - before, model_cpu=model_cpu(cpu_file),
-                    launched=launched, ended=launched + wall)
+    return run_parallel([argv], cpu_file, stdout)
 
 
-def run_parallel(argvs: list[list[str]], cpu_file: Path) -> Measured:
+def run_parallel(argvs: list[list[str]], cpu_file: Path, stdout=subprocess.DEVNULL) -> Measured:
     """Run every command of ``argvs`` at once, to completion: wall time from the first
     launch to the last exit, and the CPU of all their process trees."""
     cpu_file.unlink(missing_ok=True)
@@ -143,11 +133,11 @@ def run_parallel(argvs: list[list[str]], cpu_file: Path) -> Measured:
     before = children_cpu()
     launched = time.time()
     start = time.perf_counter()
-    processes = [subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    processes = [subprocess.Popen(argv, stdout=stdout, stderr=subprocess.PIPE, env=env)
                  for argv in argvs]
-    errors = [(argv, p.communicate()[1]) for argv, p in zip(argvs, processes)]
+    errors = [p.communicate()[1] for p in processes]
     wall = time.perf_counter() - start
-    for (argv, stderr), p in zip(errors, processes):
+    for argv, stderr, p in zip(argvs, errors, processes):
         if p.returncode != 0:
             sys.exit(f"{shlex.join(argv)} failed:\n{stderr.decode()[-3000:]}")
     return Measured(wall=wall, cpu=children_cpu() - before, model_cpu=model_cpu(cpu_file),

@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import CancelledError
+from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -284,8 +284,8 @@ def scanned_while_connecting(job: DistJob, old: dict[str, Any] | None) -> Iterat
         InputError: the corpus is bad (no model has started; the cluster is shut down).
         LmcError: the cluster did not start.
     """
-    scanning = Background(scan, job.input, job.corpus_format, partition_size(job, old), job.train,
-                          job.run_dir, cost=query_cost(job.game))
+    scanning = in_background(scan, job.input, job.corpus_format, partition_size(job, old),
+                             job.train, job.run_dir, cost=query_cost(job.game))
     try:
         with connect(job) as client:
             yield client, scanning.result()
@@ -294,37 +294,21 @@ def scanned_while_connecting(job: DistJob, old: dict[str, Any] | None) -> Iterat
         raise
 
 
-class Background:
-    """``function(*args, **kwargs)`` running in a daemon thread from construction (an
-    interrupted ``lmc-dist`` exits without waiting for it; a Ctrl-C goes to the main thread,
-    :func:`lmc_dist.quiet.start_without_sigint`)."""
+def in_background(function: Any, *args: Any, **kwargs: Any) -> Future:
+    """``function(*args, **kwargs)`` started in a daemon thread (an interrupted ``lmc-dist``
+    exits without waiting for it; a Ctrl-C goes to the main thread,
+    :func:`lmc_dist.quiet.start_without_sigint`); its value or exception in the future."""
+    future: Future = Future()
 
-    def __init__(self, function: Any, *args: Any, **kwargs: Any) -> None:
-        self._done = threading.Event()
-        self._value: Any = None
-        self._error: BaseException | None = None
-        start_without_sigint(threading.Thread(
-            target=self._run, args=(function, args, kwargs), daemon=True,
-            name=f"lmc-dist-{getattr(function, '__name__', 'background')}"))
-
-    def _run(self, function: Any, args: tuple, kwargs: dict) -> None:
+    def run() -> None:
         try:
-            self._value = function(*args, **kwargs)
+            future.set_result(function(*args, **kwargs))
         except BaseException as e:  # noqa: BLE001 - handed to the thread that asks
-            self._error = e
-        finally:
-            self._done.set()
+            future.set_exception(e)
 
-    def result(self) -> Any:
-        """The function's value, once it has returned.
-
-        Raises:
-            BaseException: what the function raised.
-        """
-        self._done.wait()
-        if self._error is not None:
-            raise self._error
-        return self._value
+    start_without_sigint(threading.Thread(
+        target=run, daemon=True, name=f"lmc-dist-{getattr(function, '__name__', 'background')}"))
+    return future
 
 
 def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any] | None) -> RunReport:

@@ -98,9 +98,10 @@ def client_filters() -> Iterator[None]:
     """While the body runs, the client process drops :class:`SyncCancelRace`'s records
     (tornado logs the loop's callback errors as ``tornado.application``) and
     :class:`LostScheduler`'s."""
+    lost = LostScheduler()
     filtered = [(logging.getLogger("tornado.application"), SyncCancelRace()),
-                (logging.getLogger("distributed.client"), LostScheduler()),
-                (logging.getLogger("distributed.batched"), LostScheduler())]
+                (logging.getLogger("distributed.client"), lost),
+                (logging.getLogger("distributed.batched"), lost)]
     for logger, drop in filtered:
         logger.addFilter(drop)
     try:

@@ -251,15 +251,15 @@ def test_the_records_of_a_lost_scheduler_are_dropped_and_no_other():
 def test_the_scan_thread_never_takes_a_ctrl_c_from_the_main_thread():
     """Started with SIGINT blocked (the main thread's mask unchanged): the kernel hands a
     Ctrl-C during the cluster's start to the main thread, where it is kept pending."""
-    from lmc_dist.job import Background
+    from lmc_dist.job import in_background
 
     before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
-    masks = Background(lambda: signal.pthread_sigmask(signal.SIG_BLOCK, set())).result()
+    masks = in_background(lambda: signal.pthread_sigmask(signal.SIG_BLOCK, set())).result()
     assert signal.SIGINT in masks
     assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before
     assert signal.SIGINT not in before
     with pytest.raises(ZeroDivisionError):
-        Background(lambda: 1 / 0).result()
+        in_background(lambda: 1 / 0).result()
 
 
 class _FlakyClient:
