@@ -27,6 +27,7 @@ from typing import Any
 
 import dask
 from distributed import Client, LocalCluster, as_completed
+from distributed.comm.core import CommClosedError
 from tqdm import tqdm
 
 from lmchallenge.errors import LmcError, ModelError
@@ -407,6 +408,7 @@ def summary_now(client: Client, future: Any) -> dict[str, Any]:
 
     Raises:
         CancelledError: the client lost the scheduler (Dask cancels its futures).
+        CommClosedError: the scheduler went away during the request.
     """
     holders = client.who_has([future]).get(future.key) or ()
     for address in holders:
@@ -474,7 +476,8 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], do
         client.cancel(list(futures))
         mf.save(job.run_dir, manifest)
         raise
-    except CancelledError:      # raised above, or by a summary asked as the scheduler went away
+    except (CancelledError, CommClosedError):   # raised above, or by a summary's request to
+        # the scheduler as it went away: either way the scheduler is lost
         mf.save(job.run_dir, manifest)
         done = sum(finished_part(job.run_dir, p["file"]) is not None for p in manifest["partitions"])
         raise LmcError(f"lost {cluster_name(job)} during the run; {done} of {len(tasks)} partitions "
