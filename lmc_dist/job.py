@@ -40,6 +40,7 @@ from lmchallenge.model.spec import PredictorSpec
 from lmc_dist import commit
 from lmc_dist import manifest as mf
 from lmc_dist import reduce
+from lmc_dist.connection import require_scheduler, submit
 from lmc_dist.partition import scan
 from lmc_dist.resources import Resources, require_offered
 from lmc_dist.quiet import (TASK_PREFIX, client_filters, quiet_interruption, sigint_deferred,
@@ -340,21 +341,41 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
     if client.dashboard_link and _dashboard_address() is not None or job.scheduler:
         LOG.warning("dask dashboard: %s", client.dashboard_link)
     outcomes, errors = _run_partitions(client, job, tasks, done, manifest)
-    stats = None
-    if not errors:
-        stats = reduce.global_stats(client, [outcomes[i] for i in range(len(tasks))],
-                                    intervals=job.intervals, parts=[
-                                        str(finished_part(job.run_dir, p["file"]))
-                                        for p in manifest["partitions"]])
-        client.cancel(list(outcomes.values()))   # released: a worker lost now costs nothing
-        commit.commit(job.run_dir, manifest, stats)
-        if job.output:
-            write_output(job.run_dir, [p["file"] for p in manifest["partitions"]], job.output,
-                         job.game.name, client)
+    stats = None if errors else _finish(client, job, [outcomes[i] for i in range(len(tasks))],
+                                        manifest)
     tokens = sum(p.get("rows") or 0 for p in manifest["partitions"] if p["state"] == "done")
     return RunReport(stats=stats or {}, tokens=tokens, seconds=0.0,
                      workers=workers, partitions=len(tasks), failed=failure_messages(tasks, errors),
                      failed_partitions=len(errors))
+
+
+def _finish(client: Client, job: DistJob, outcomes: list[Any], manifest: dict[str, Any]) -> dict[str, Any]:
+    """Reduce the finished partitions ``outcomes`` (futures, in partition order) into the
+    run's statistics, commit the run and write ``--output``; the statistics.
+
+    Raises:
+        LmcError: the client lost the scheduler before the commit (every partition is kept:
+            ``--resume`` reduces them again) or while writing ``--output`` (the run is
+            complete; ``lmc convert`` writes the log without a cluster).
+    """
+    parts = [p["file"] for p in manifest["partitions"]]
+    try:
+        stats = reduce.global_stats(client, outcomes, intervals=job.intervals,
+                                    parts=[str(finished_part(job.run_dir, p)) for p in parts])
+    except (CancelledError, CommClosedError):
+        raise LmcError(f"lost {cluster_name(job)} after all {len(parts)} partitions were done, "
+                       f"before the statistics; they are kept in {job.run_dir}: run again with "
+                       "--resume when the cluster is back") from None
+    client.cancel(outcomes)   # released: a worker lost now costs nothing
+    commit.commit(job.run_dir, manifest, stats)
+    if job.output:
+        try:
+            write_output(job.run_dir, parts, job.output, job.game.name, client)
+        except (CancelledError, CommClosedError):
+            raise LmcError(f"lost {cluster_name(job)} while writing {job.output}; the run in "
+                           f"{job.run_dir} is complete: write the log with `lmc convert "
+                           f"{job.run_dir} -o {job.output}`") from None
+    return stats
 
 
 def _finished_partitions(run_dir: str, old: dict[str, Any] | None,
@@ -380,13 +401,18 @@ def write_output(run_dir: str, part_files: list[str], output: str, game: str,
     """Concatenate the partitions (in order) into the log file ``output``, atomically
     (:func:`lmchallenge.logs.convert.join_logs`: the client only joins files, which keeps this
     serial step small).  Partitions of another form than the output's are first converted
-    by the workers of ``client``, one task each (in this process without one)."""
+    by the workers of ``client``, one task each (in this process without one).
+
+    Raises:
+        CancelledError, CommClosedError: ``client`` lost its scheduler (:mod:`lmc_dist.connection`).
+    """
     sources = [os.path.join(run_dir, name) for name in part_files]
     if client is None:
         join_logs(sources, output, game)
         return
 
     def on_workers(pairs, game):
+        require_scheduler(client)
         client.gather(client.map(convert_file, *zip(*pairs), game=game, pure=False))
 
     join_logs(sources, output, game, convert=on_workers)
@@ -410,15 +436,14 @@ def summary_now(client: Client, future: Any) -> dict[str, Any]:
         CancelledError: the client lost the scheduler (Dask cancels its futures).
         CommClosedError: the scheduler went away during the request.
     """
+    require_scheduler(client)
     holders = client.who_has([future]).get(future.key) or ()
     for address in holders:
         try:
             return client.run(_summary_on_worker, future.key, workers=[address])[address]
         except Exception:  # noqa: BLE001 - the worker left or spilled it: ask through a task
             break
-    if client.status != "running":  # it lost the scheduler: a task would wait for its return
-        raise CancelledError(f"{future.key}: the client lost the scheduler")
-    return client.submit(_summary, future, pure=False).result()
+    return submit(client, _summary, future, pure=False).result()
 
 
 def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], done: dict[int, str],

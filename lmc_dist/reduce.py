@@ -22,6 +22,8 @@ from distributed import Client, Future
 from lmchallenge.stats import compute, reranking
 from lmchallenge.stats.state import StatsState, humanize
 
+from lmc_dist.connection import require_scheduler, submit
+
 BISECTION_STEPS = 32
 """Rounds of the k-th-value search: one per bit of a float32."""
 
@@ -102,19 +104,20 @@ class DistributedScores:
     def __init__(self, client: Client, outcomes: Sequence[Future]):
         self._client = client
         by_worker: dict[str, list[Future]] = defaultdict(list)
+        require_scheduler(client)
         who_has = client.who_has(list(outcomes))
         for future in outcomes:
             holders = who_has.get(future.key) or [None]
             by_worker[sorted(holders)[0]].append(future)
-        self._scores = [client.submit(_scores_of, *futures, pure=False,
+        self._scores = [submit(client, _scores_of, *futures, pure=False,
                                       workers=[address] if address else None)
                         for address, futures in sorted(by_worker.items(), key=lambda kv: str(kv[0]))]
-        shapes = client.gather([client.submit(_shape_of, f, pure=False) for f in self._scores])
+        shapes = client.gather([submit(client, _shape_of, f, pure=False) for f in self._scores])
         self._max_candidates = max((w for w, _ in shapes), default=0)
         self._finite = sum(n for _, n in shapes)
 
     def _sum(self, function: Any, *args: Any) -> int:
-        futures = [self._client.submit(function, scores, *args, pure=False) for scores in self._scores]
+        futures = [submit(self._client, function, scores, *args, pure=False) for scores in self._scores]
         return sum(self._client.gather(futures))
 
     def max_candidates(self) -> int:
@@ -157,6 +160,9 @@ def global_stats(client: Client, outcomes: Sequence[Future], human: bool = True,
         intervals: :class:`lmchallenge.stats.bootstrap.Settings` to add ``"ci"`` as ``lmc stats
             --confidence`` does (from the per-group sums of ``parts``); None: no intervals.
         parts: the partitions' log files, in partition order (with ``intervals``).
+    Raises:
+        CancelledError, CommClosedError: ``client`` lost its scheduler (at once:
+            :mod:`lmc_dist.connection`).
     """
     result, fit = _global_stats(client, outcomes, human)
     if intervals is not None:
@@ -167,7 +173,7 @@ def global_stats(client: Client, outcomes: Sequence[Future], human: bool = True,
 
 def _global_stats(client: Client, outcomes: Sequence[Future],
                   human: bool) -> tuple[dict[str, Any], reranking.RerankingFit]:
-    summaries = client.gather([client.submit(_summary_of, f, pure=False) for f in outcomes])
+    summaries = client.gather([submit(client, _summary_of, f, pure=False) for f in outcomes])
     total = StatsState()
     for summary, _ in summaries:
         total.merge(summary)
@@ -204,7 +210,7 @@ def run_intervals(client: Client, parts: Sequence[str], fit: reranking.Reranking
     (which figures get an interval)."""
     from lmchallenge.stats import bootstrap
 
-    futures = [client.submit(_groups_of_part, path, fit.model, pure=False) for path in parts]
+    futures = [submit(client, _groups_of_part, path, fit.model, pure=False) for path in parts]
     merged = bootstrap.GroupSums()
     for groups in client.gather(futures):
         merged.merge(groups)

@@ -285,6 +285,77 @@ def test_scheduler_lost_mid_run_is_one_line_then_resume_on_a_new_cluster(tmp_pat
     assert concatenated(run_dir) == lmc_run(["we"], corpus)
 
 
+LOSE_THE_SCHEDULER_AT = """
+import os, signal, sys, time
+from lmc_dist import cli, job
+
+where, pid = sys.argv[1], int(sys.argv[2])
+owner = job.reduce if where == "global_stats" else job
+real = getattr(owner, where)
+
+def killing_first(*args, **kwargs):
+    client = args[0] if where == "global_stats" else args[4]
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while client.status == "running":
+        assert time.monotonic() < deadline, "the client did not see its scheduler go"
+        time.sleep(0.01)
+    began = time.monotonic()
+    try:
+        return real(*args, **kwargs)
+    finally:   # not after Dask's 30-second attempt to reconnect
+        assert time.monotonic() - began < 10, f"{where} waited {time.monotonic() - began:.0f} s"
+
+setattr(owner, where, killing_first)
+cli.main(sys.argv[3:])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["global_stats", "write_output"])
+def test_scheduler_lost_after_the_last_partition_is_one_line(tmp_path, where):
+    """The scheduler killed after every partition is done: while the statistics are reduced
+    (then --resume on a new cluster commits the run), or while --output is written (the run
+    is committed; `lmc convert`, as the message says, writes the log)."""
+    corpus = tmp_path / "kjv.txt"
+    with open(DATA / "kjv" / "test.sample.txt", "rb") as f:
+        corpus.write_bytes(b"".join(f.readline() for _ in range(40)))
+    run_dir, output = tmp_path / "run", tmp_path / "whole.jsonl"
+    args = ["run", toy_model_command(), "we", "--input", str(corpus), "--run-dir", str(run_dir),
+            "--partition-chars", "600", "--no-progress", "--output", str(output)]
+    (tmp_path / "first").mkdir()
+    with cluster(1, tmp_path / "first") as c:
+        result = subprocess.run([str(PYTHON), "-c", LOSE_THE_SCHEDULER_AT, where, str(c.scheduler.pid),
+                                 *args, "--scheduler", c.address], capture_output=True, timeout=120)
+    err = result.stderr.decode()
+    lines = [line for line in err.splitlines() if not line.startswith("WARNING\tdask dashboard")]
+    manifest = json.loads((run_dir / "_manifest.json").read_text())
+    n = len(manifest["partitions"])
+    assert n > 2 and all(p["state"] == "done" for p in manifest["partitions"])
+    assert result.returncode == 2 and not output.exists(), err
+    expected = lmc_run(["we"], corpus)
+    if where == "global_stats":
+        assert lines == [f"lmc-dist: error: lost the Dask cluster at {c.address} after all {n} "
+                         f"partitions were done, before the statistics; they are kept in {run_dir}: "
+                         "run again with --resume when the cluster is back"], err
+        assert not manifest["finished"] and not (run_dir / "_stats.json").exists()
+        (tmp_path / "second").mkdir()
+        with cluster(1, tmp_path / "second") as c2:
+            lmc_dist(args + ["--scheduler", c2.address, "--resume"])
+        assert output.read_bytes() == expected
+    else:
+        assert lines == [f"lmc-dist: error: lost the Dask cluster at {c.address} while writing "
+                         f"{output}; the run in {run_dir} is complete: write the log with "
+                         f"`lmc convert {run_dir} -o {output}`"], err
+        assert manifest["finished"] and (run_dir / "_stats.json").exists()
+        subprocess.run([str(BIN / "lmc"), "convert", str(run_dir), "-o", str(output)], check=True)
+        assert output.read_bytes() == expected
+    whole = json.loads(subprocess.run([str(BIN / "lmc"), "stats", str(output)], capture_output=True,
+                                      check=True).stdout)
+    whole.pop("log")
+    assert json.loads((run_dir / "_stats.json").read_text()) == whole
+
+
 def test_bad_corpus_stops_before_any_model(tmp_path):
     corpus = tmp_path / "c.jsonl"
     corpus.write_text('{"text": "a"}\n{"user": "x"}\n')
