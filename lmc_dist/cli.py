@@ -133,10 +133,18 @@ def _execute(ctx, game: GameSpec, kw: dict) -> None:
     if report.failed:
         for message in report.failed:
             sys.stderr.write(f"lmc-dist: error: {message}\n")
-        raise LmcError(f"{report.failed_partitions} of {report.partitions} partitions failed; the others "
-                       f"are in {job.run_dir}: fix the cause and rerun with --resume")
+        raise LmcError(failed_line(report.failed_partitions, report.partitions, job.run_dir))
     sys.stdout.write(json.dumps(report.stats, sort_keys=True) + "\n")
     sys.stderr.write(report.summary_line() + f"; run dir {job.run_dir}\n")
+
+
+def failed_line(failed: int, partitions: int, run_dir: str) -> str:
+    """The last line of a run some of whose ``partitions`` failed."""
+    if failed == partitions:
+        return (f"all {partitions} partitions failed (none is kept in {run_dir}): fix the cause and "
+                "rerun with --resume")
+    return (f"{failed} of {partitions} partitions failed; the others are in {run_dir}: fix the "
+            "cause and rerun with --resume")
 
 
 @run_group.command("wc")

@@ -209,8 +209,8 @@ def test_missing_model_command_is_one_message(tmp_path):
     assert "no-such-model-command: not found" in result.stderr
     assert lines[-2] == (f"(the same error stopped {total - 1} more partitions: "
                          + ", ".join(map(str, range(1, min(total, 11)))) + (", ...)" if total > 11 else ")"))
-    assert lines[-1] == (f"lmc-dist: error: {total} of {total} partitions failed; the others are in "
-                         f"{run_dir}: fix the cause and rerun with --resume")
+    assert lines[-1] == (f"lmc-dist: error: all {total} partitions failed (none is kept in "
+                         f"{run_dir}): fix the cause and rerun with --resume")
     assert len(lines) <= 8 and "Compute Failed" not in result.stderr
 
 
