@@ -221,27 +221,35 @@ def _identity(job: DistJob, scan_result, old: dict[str, Any] | None) -> dict[str
     return manifest
 
 
-def partition_size(job: DistJob, old: dict[str, Any] | None) -> int | PartitionSize | ForCluster:
+def partition_size(job: DistJob, old: dict[str, Any] | None) -> int | PartitionSize | ForCluster | None:
     """The size to cut ``job``'s corpus at: the one recorded in the run dir being resumed
-    (``old``), else ``--partition-chars``, else one chosen for the cluster's size."""
+    (``old``), else ``--partition-chars``, else one chosen for the cluster's size
+    (:func:`cluster_size`); None when that size is the workers a ``--scheduler`` has now,
+    which only its client can tell."""
     if old is not None:
         return recorded_size(old)
     if job.partition_chars is not None:
         return job.partition_chars
+    if job.scheduler and not job.workers:
+        return None
     return ForCluster(workers=cluster_size(job))
 
 
-def cluster_size(job: DistJob) -> int:
-    """Workers ``job`` will run on: ``--workers``, else the workers the scheduler has now,
-    else (an embedded cluster) one per core."""
+def cluster_size(job: DistJob, client: Client | None = None) -> int:
+    """Workers ``job`` will run on: ``--workers``, else the workers the scheduler of
+    ``client`` has now (with ``--resources``: those declaring them), else (an embedded
+    cluster) one per core.
+
+    Raises:
+        LmcError: no worker declares the ``--resources`` asked for.
+    """
     if job.workers:
         return job.workers
-    if job.scheduler:
-        with scheduler_client(job.scheduler) as client:
-            found = client.scheduler_info().get("workers", {})
-            if job.resources:
-                return require_offered(found, job.resources, cluster_name(job))
-            return max(1, len(found))
+    if client is not None:
+        found = client.scheduler_info().get("workers", {})
+        if job.resources:
+            return require_offered(found, job.resources, cluster_name(job))
+        return max(1, len(found))
     return os.cpu_count() or 1
 
 
@@ -280,14 +288,21 @@ def scanned_while_connecting(job: DistJob, old: dict[str, Any] | None) -> Iterat
     the scan running in a thread while the embedded cluster starts: its worker processes
     import Dask for about half a second, a 1M-line corpus takes seconds to scan, and neither
     waits for the other (BENCHMARKS.md, "scaling").  A bad corpus is reported even when the
-    cluster fails to start too.
+    cluster fails to start too.  A ``--scheduler`` whose workers size the partitions is
+    asked once connected, and the scan follows (a client connects in a fraction of a second).
 
     Raises:
         InputError: the corpus is bad (no model has started; the cluster is shut down).
         LmcError: the cluster did not start.
     """
-    scanning = in_background(scan, job.input, job.corpus_format, partition_size(job, old),
-                             job.train, job.run_dir, cost=query_cost(job.game))
+    size = partition_size(job, old)
+    if size is None:      # the size of a --scheduler's cluster: the scan waits for the client
+        with connect(job) as client:
+            yield client, scan(job.input, job.corpus_format, ForCluster(workers=cluster_size(job, client)),
+                               job.train, job.run_dir, cost=query_cost(job.game))
+        return
+    scanning = in_background(scan, job.input, job.corpus_format, size, job.train, job.run_dir,
+                             cost=query_cost(job.game))
     try:
         with connect(job) as client:
             yield client, scanning.result()

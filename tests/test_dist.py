@@ -421,6 +421,21 @@ def test_embedded_cluster_workers_run_with_its_quiet_settings():
     assert dask.config.get("distributed.worker.memory.monitor-interval") == "100ms"
 
 
+def test_a_scheduler_is_asked_its_size_on_the_run_s_one_connection(tmp_path, commits, two_workers):
+    """Without --workers the partitions are sized for the scheduler's workers (about 6 a
+    worker, lmc_dist.sizing), asked on the one client connection the run makes."""
+    log = Path(two_workers.tmp) / "scheduler.log"
+    before = log.read_text()
+    run_dir = tmp_path / "run"
+    lmc_dist(["run", toy_model_command(), "we", "--input", str(commits), "--run-dir", str(run_dir),
+              "--scheduler", two_workers.address])
+    connections = log.read_text()[len(before):].count("Receive client connection")
+    assert connections == 1
+    manifest = json.loads((run_dir / "_manifest.json").read_text())
+    assert manifest["partition_size"]["workers"] == 2
+    assert concatenated(run_dir) == lmc_run(["we"], commits)
+
+
 def test_workers_freeze_their_heap_after_a_partition(tmp_path, commits, two_workers):
     """After its first partition a worker's objects (modules, Dask, game data) sit in the
     collector's permanent generation, so that full passes set off by the games' allocations
