@@ -34,7 +34,7 @@ from lmchallenge.errors import LmcError, ModelError
 from lmchallenge.tuning import DASK_EMBEDDED_CONFIG
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.logs.convert import convert_file, join_logs
-from lmchallenge.logs.rundir import finished_part
+from lmchallenge.logs.rundir import STATS, finished_part
 from lmchallenge.model.spec import PredictorSpec
 
 from lmc_dist import commit
@@ -388,8 +388,8 @@ def _finish(client: Client, job: DistJob, outcomes: list[Any], manifest: dict[st
             write_output(job.run_dir, parts, job.output, job.game.name, client)
         except (CancelledError, CommClosedError):
             raise LmcError(f"lost {cluster_name(job)} while writing {job.output}; the run in "
-                           f"{job.run_dir} is complete: write the log with `lmc convert "
-                           f"{job.run_dir} -o {job.output}`") from None
+                           f"{job.run_dir} is complete (statistics in {STATS}): write the log "
+                           f"with `lmc convert {job.run_dir} -o {job.output}`") from None
     return stats
 
 

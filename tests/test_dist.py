@@ -345,7 +345,8 @@ def test_scheduler_lost_after_the_last_partition_is_one_line(tmp_path, where):
         assert output.read_bytes() == expected
     else:
         assert lines == [f"lmc-dist: error: lost the Dask cluster at {c.address} while writing "
-                         f"{output}; the run in {run_dir} is complete: write the log with "
+                         f"{output}; the run in {run_dir} is complete (statistics in _stats.json): "
+                         "write the log with "
                          f"`lmc convert {run_dir} -o {output}`"], err
         assert manifest["finished"] and (run_dir / "_stats.json").exists()
         subprocess.run([str(BIN / "lmc"), "convert", str(run_dir), "-o", str(output)], check=True)
