@@ -59,14 +59,18 @@ class Cluster:
             client.wait_for_workers(n, timeout=60)
 
     def close(self) -> None:
-        for proc in [*self.workers, self.scheduler]:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in [*self.workers, self.scheduler]:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        """The workers first, then the scheduler: a worker told to stop by SIGTERM and by its
+        scheduler's closing at once may hang in Dask's shutdown (seen once, 20 s here)."""
+        for group in (self.workers, [self.scheduler]):
+            for proc in group:
+                if proc.poll() is None:
+                    proc.terminate()
+            for proc in group:
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
 
 
 @contextlib.contextmanager
@@ -186,7 +190,6 @@ def test_wr_stats_match_lmc_run(tmp_path, commits, two_workers):
     single = json.loads(subprocess.run([str(BIN / "lmc"), "stats", str(tmp_path / "all.jsonl")],
                                        capture_output=True, check=True).stdout)
     single.pop("log")
-    assert ours == pytest.approx(single) if False else ours["reranking"] == pytest.approx(single["reranking"])
     assert ours == single
 
 
@@ -194,22 +197,23 @@ def test_worker_killed_mid_run(tmp_path, commits):
     expected = lmc_run(["wc", "-p"], commits)
     run_dir = tmp_path / "run"
     with cluster(2, tmp_path) as c:
-        proc = subprocess.Popen([str(BIN / "lmc-dist"), "run", toy_model_command("--delay", "0.004"),
+        proc = subprocess.Popen([str(BIN / "lmc-dist"), "run", toy_model_command("--delay", "0.001"),
                                  "wc", "-p", "--input", str(commits), "--run-dir", str(run_dir),
                                  "--scheduler", c.address, "--partition-chars", "1500"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            manifest = run_dir / "_manifest.json"
-            if manifest.exists() and sum(p["state"] == "done" for p in
-                                         json.loads(manifest.read_text())["partitions"]) >= 2:
-                break
-            time.sleep(0.05)
+        done = 0
+        while time.monotonic() < deadline and done < 2:
+            with contextlib.suppress(FileNotFoundError):
+                done = sum(p["state"] == "done" for p in
+                           json.loads((run_dir / "_manifest.json").read_text())["partitions"])
+            time.sleep(0.02)
         os.kill(c.workers[0].pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err.decode()
         manifest = json.loads((run_dir / "_manifest.json").read_text())
         assert len({p["worker"] for p in manifest["partitions"]}) == 2
+        assert 2 <= done < len(manifest["partitions"]) - 2    # killed mid-run
     assert concatenated(run_dir) == expected
     assert not [p for p in run_dir.iterdir() if ".tmp" in p.name]
 
