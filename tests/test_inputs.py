@@ -155,6 +155,22 @@ def test_bom_and_leading_blank_lines_keep_the_json_format(tmp_path, prefix):
     assert [json.loads(line)["user"] for line in odd.stdout.splitlines()][:1] == ["u"]
 
 
+def test_a_byte_order_mark_is_not_part_of_a_plain_text_corpus(tmp_path):
+    """A BOM before the first line is dropped, in lmc run and lmc-dist alike, CRLF endings
+    too: the log is that of the same text without them (LM Challenge 5.2 keeps the BOM as a
+    character of the first message; docs/formats.md)."""
+    text = "In the beginning\nwas the word\n"
+    (tmp_path / "plain.txt").write_text(text)
+    (tmp_path / "bom.txt").write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode())
+    plain = run(LMC, "run", toy_model_command(), "we", str(tmp_path / "plain.txt"))
+    bom = run(LMC, "run", toy_model_command(), "we", str(tmp_path / "bom.txt"))
+    assert bom.returncode == 0 and bom.stdout == plain.stdout
+    assert json.loads(bom.stdout.splitlines()[0])["character"] == 0
+    dist = run(LMC_DIST, "run", toy_model_command(), "we", "--input", str(tmp_path / "bom.txt"),
+               "--run-dir", str(tmp_path / "run"), "--workers", "1", "--output", str(tmp_path / "d.jsonl"))
+    assert dist.returncode == 0 and (tmp_path / "d.jsonl").read_bytes() == plain.stdout
+
+
 @pytest.mark.parametrize("prefix", [b"\xef\xbb\xbf", b"\n\n"], ids=["bom", "blank"])
 def test_lmc_dist_detects_json_after_bom_and_blank_lines(tmp_path, prefix):
     from lmc_dist.partition import detect_format
