@@ -277,3 +277,15 @@ def test_python_model_spec_with_options(tmp_path):
                             input=b"a b\n", capture_output=True, check=True, cwd=tmp_path,
                             env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)})
     assert [json.loads(line)["logp"] for line in result.stdout.splitlines()] == [-1.5, -1.5]
+
+
+def test_a_tab_in_the_context_reaches_the_model_as_a_space(tmp_path):
+    """TAB separates the protocol's fields: inside a context it is sent as a space
+    (docs/formats.md), so the model sees the whole context, not a shorter one and a
+    candidate (as LM Challenge 5.2's raw TAB makes it)."""
+    corpus = tmp_path / "tab.txt"
+    corpus.write_text("tab\there we go\n")
+    counted = tmp_path / "contexts"
+    run_lmc("run", toy_model_command("--count-file", str(counted)), "we", str(corpus))
+    [log] = list(tmp_path.glob("contexts.*"))
+    assert log.read_text().splitlines() == ["", "tab ", "tab here ", "tab here we "]
