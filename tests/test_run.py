@@ -289,3 +289,51 @@ def test_a_tab_in_the_context_reaches_the_model_as_a_space(tmp_path):
     run_lmc("run", toy_model_command("--count-file", str(counted)), "we", str(corpus))
     [log] = list(tmp_path.glob("contexts.*"))
     assert log.read_text().splitlines() == ["", "tab ", "tab here ", "tab here we "]
+
+
+# -- where logs differ from LM Challenge 5.2, on purpose (docs/formats.md) ------------------
+
+def reference_log(reference_lmc: Path, corpus: bytes, *args: str) -> list[dict]:
+    out = subprocess.run([str(reference_lmc), "run", *args, toy_model_command(), "we"], input=corpus,
+                         capture_output=True, check=True).stdout
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def our_log(corpus: bytes, *args: str) -> list[dict]:
+    return [json.loads(line) for line in run_lmc("run", *args, toy_model_command(), "we",
+                                                 stdin=corpus).stdout.splitlines()]
+
+
+@pytest.mark.reference
+def test_the_documented_differences_from_lm_challenge_5_2(reference_lmc):
+    """Each difference docs/formats.md lists, against the reference itself: the log differs
+    just as described, and is the reference's on the input without the difference."""
+    text = "In the beginning\nwas the word\n"
+    # a BOM: the reference reads it as the first message's first character (in its offsets,
+    # and in the contexts its model sees)
+    bom = reference_log(reference_lmc, b"\xef\xbb\xbf" + text.encode())
+    ours = our_log(b"\xef\xbb\xbf" + text.encode())
+    assert ours == our_log(text.encode()) == reference_log(reference_lmc, text.encode())
+    assert [d | {"logp": None} for d in bom] == [
+        d | {"character": d["character"] + 1, "logp": None} if d["message"] == 0 else d | {"logp": None}
+        for d in ours]
+    assert bom[len(ours) // 2:] == ours[len(ours) // 2:] and bom[0]["logp"] != ours[0]["logp"]
+    # TAB inside a text (and LF inside a marked-up text): sent to the model as a space
+    tab = "In the\tbeginning was\n".encode()
+    assert our_log(tab) == reference_log(reference_lmc, tab.replace(b"\t", b" "))
+    assert our_log(tab) != reference_log(reference_lmc, tab)
+    lf = marked_up([{"user": "u", "text": "In the\nbeginning was"}])
+    assert our_log(lf) == reference_log(reference_lmc, marked_up([{"user": "u", "text": "In the beginning was"}]))
+    assert our_log(lf) != reference_log(reference_lmc, lf)
+    # "userId" (the older formats page's name): a user here, null in the reference
+    rows = [{"userId": "a", "text": "one two"}, {"userId": "b", "text": "three"}]
+    assert our_log(marked_up(rows), "-t") == reference_log(
+        reference_lmc, marked_up([{"user": r["userId"], "text": r["text"]} for r in rows]), "-t")
+    assert {d["user"] for d in reference_log(reference_lmc, marked_up(rows), "-t")} == {None}
+    # --train with rows sharing a timestamp: all evaluated before any is learnt (the
+    # reference learns each one after its evaluation: the toy model then scores a learnt word 0)
+    rows = [{"user": "u", "timestamp": 5, "text": "alpha"}, {"user": "u", "timestamp": 5, "text": "alpha beta"},
+            {"user": "u", "timestamp": 6, "text": "alpha"}]
+    ours, ref = our_log(marked_up(rows), "-t"), reference_log(reference_lmc, marked_up(rows), "-t")
+    assert [d["logp"] for d in ours] == [-5.0, -5.0, -4.0, 0.0]
+    assert ref == [d | {"logp": 0.0} if (d["message"], d["token"]) == (1, 0) else d for d in ours]
