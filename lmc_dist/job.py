@@ -246,11 +246,21 @@ def cluster_size(job: DistJob, client: Client | None = None) -> int:
     if job.workers:
         return job.workers
     if client is not None:
-        found = client.scheduler_info().get("workers", {})
-        if job.resources:
-            return require_offered(found, job.resources, cluster_name(job))
-        return max(1, len(found))
+        return max(1, workers_of(client, job))
     return os.cpu_count() or 1
+
+
+def workers_of(client: Client, job: DistJob) -> int:
+    """Workers of ``client``'s cluster that can run ``job``'s partitions now (with
+    ``--resources``: those declaring them).
+
+    Raises:
+        LmcError: no worker declares the ``--resources`` asked for.
+    """
+    found = client.scheduler_info().get("workers", {})
+    if job.resources:
+        return require_offered(found, job.resources, cluster_name(job))
+    return len(found)
 
 
 def execute(job: DistJob) -> RunReport:
@@ -349,10 +359,7 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
                            out_format=job.out_format)
              for p in scanned.partitions]
     register_model_pool(client, job)
-    found = client.scheduler_info().get("workers", {})
-    workers = len(found) or (job.workers or 1)
-    if job.resources:
-        workers = require_offered(found, job.resources, cluster_name(job))
+    workers = workers_of(client, job) or (job.workers or 1)
     if client.dashboard_link and _dashboard_address() is not None or job.scheduler:
         LOG.warning("dask dashboard: %s", client.dashboard_link)
     outcomes, errors = _run_partitions(client, job, tasks, done, manifest)
