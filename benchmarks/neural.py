@@ -3,7 +3,7 @@
     scripts/fetch-smollm2.sh            # models/SmolLM2-135M-Instruct.Q4_1.gguf
     python benchmarks/neural.py [--model models/SmolLM2-135M-Instruct.Q4_1.gguf]
         [--lines 200] [--wc-lines 4] [--device cpu|cuda] [--dtype auto] [--batch-size 1]
-        [--chunk 32] [--threads N] [--random-weights]
+        [--chunk 32] [--search-width 16] [--threads N] [--random-weights]
 
 Runs ``we`` on the first ``--lines`` lines of data/kjv/test.sample.txt and ``wc`` (next-word
 predictions only, unless ``--wc-prefixes``: then every prefix of every word is a search too)
@@ -36,6 +36,8 @@ def build_neural(args):
     from lmchallenge.model.neural.adapter import CausalLM
     options = dict(batch_size=args.batch_size, chunk=args.chunk, top=20,
                    max_expansions=args.max_expansions)
+    if args.search_width is not None:  # None: the adapter's default (and older adapters')
+        options["search_width"] = args.search_width
     if args.threads:
         import torch
         torch.set_num_threads(args.threads)
@@ -61,6 +63,8 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=32)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--max-expansions", type=int, default=64)
+    parser.add_argument("--search-width", type=int, default=None,
+                        help="paths per pass of the wc search [default: the adapter's]")
     parser.add_argument("--ngram", default=None, help="a trained lmc-ngram model file")
     parser.add_argument("--wc-prefixes", action="store_true",
                         help="wc with every prefix of every word (default: next word only)")

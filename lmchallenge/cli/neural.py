@@ -27,6 +27,7 @@ from lmchallenge.cli.options import run_command
 from lmchallenge.model.wire import format_answer, parse_request
 
 CHUNK = 32  # as lmchallenge.model.neural.adapter.CHUNK (not imported here: it imports torch)
+SEARCH_WIDTH = 16  # as lmchallenge.model.neural.adapter.SEARCH_WIDTH (the same reason)
 BATCH_QUERIES = 64
 """Most scoring queries answered by one ``predict_batch`` call (then written and flushed)."""
 
@@ -100,7 +101,10 @@ def cli() -> None:
 @click.option("--top", type=click.IntRange(min=0), default=20, show_default=True,
               help="Words returned for a query without candidates (wc counts up to 20).")
 @click.option("--max-expansions", type=click.IntRange(min=1), default=64, show_default=True,
-              help="Forward passes the completion search may take per wc query.")
+              help="Token paths the completion search may expand per wc query.")
+@click.option("--search-width", type=click.IntRange(min=1), default=SEARCH_WIDTH,
+              show_default=True,
+              help="Token paths the completion search expands together, in one forward pass.")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="CPU threads of torch [default: one per core].")
 @click.option("--start-token", default=None,
@@ -110,12 +114,13 @@ def cli() -> None:
                    "from `lmc-neural skeleton` will do): for speed measurements only.")
 def serve(model: str, device: str, dtype: str, batch_size: int, chunk: int, top: int,
           max_expansions: int, threads: int | None, start_token: str | None,
-          random_weights: bool) -> None:
+          random_weights: bool, search_width: int) -> None:
     """Answer predict/train/clear requests on stdin/stdout (LM Challenge model protocol)."""
     from lmchallenge.model.neural.adapter import CausalLM
     lm = CausalLM(model, device=device, dtype=dtype, batch_size=batch_size, chunk=chunk,
                   top=top, max_expansions=max_expansions, threads=threads,
-                  start_token=start_token, random_weights=random_weights)
+                  start_token=start_token, random_weights=random_weights,
+                  search_width=search_width)
     serve_batched(lm, sys.stdin.buffer, sys.stdout.buffer, sys.stderr)
 
 

@@ -46,6 +46,11 @@ CHUNK = 32
 pass than 64 (BENCHMARKS.md, "neural")."""
 
 
+SEARCH_WIDTH = 16
+"""Default paths per forward pass of the completion search: on the 2-core dev machine a pass
+of 16 one-token rows costs about twice one row's (BENCHMARKS.md, "neural")."""
+
+
 class CausalLM(Model):
     """A Hugging Face causal LM (directory or ``.gguf``) answering LM Challenge queries.
 
@@ -56,7 +61,9 @@ class CausalLM(Model):
         batch_size: sequences per forward pass (every pass has this many rows).
         chunk: tokens per forward pass row.
         top: words returned for a query without candidates (``wc`` counts up to 20).
-        max_expansions: forward passes the completion search may take per query.
+        max_expansions: paths the completion search may expand per query.
+        search_width: paths the completion search expands together, in one forward pass
+            (of ``search_width`` rows of one token each).
         threads: CPU threads of torch (``None``: torch's default, one per core); one thread
             is often faster on a busy machine.
         start_token: the token every text starts with (default: the tokenizer's BOS, else
@@ -71,13 +78,15 @@ class CausalLM(Model):
     def __init__(self, model: str, device: str = "cpu", dtype: str = "auto",
                  batch_size: int = 1, chunk: int = CHUNK, top: int = 20,
                  max_expansions: int = 64, threads: int | None = None,
-                 start_token: str | None = None, random_weights: bool = False):
+                 start_token: str | None = None, random_weights: bool = False,
+                 search_width: int = SEARCH_WIDTH):
         if threads is not None:
             import torch
             torch.set_num_threads(threads)
         loaded = load(model, device=device, dtype=dtype, random_weights=random_weights)
         self._setup(loaded.model, loaded.tokenizer, name=model, batch_size=batch_size,
-                    chunk=chunk, top=top, max_expansions=max_expansions, start_token=start_token)
+                    chunk=chunk, top=top, max_expansions=max_expansions, start_token=start_token,
+                    search_width=search_width)
 
     @classmethod
     def from_objects(cls, model: Any, tokenizer: Any, name: str = "causal-lm",
@@ -89,7 +98,7 @@ class CausalLM(Model):
 
     def _setup(self, model: Any, tokenizer: Any, name: str, batch_size: int = 1,
                chunk: int = CHUNK, top: int = 20, max_expansions: int = 64,
-               start_token: str | None = None) -> None:
+               start_token: str | None = None, search_width: int = SEARCH_WIDTH) -> None:
         self.name = name
         self.top = top
         self.max_expansions = max_expansions
@@ -102,9 +111,11 @@ class CausalLM(Model):
                 raise ModelError(name, f"start_token {start_token!r} is not a token of the model")
             vocab.start_id = start
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else vocab.start_id
-        self.engine = ChunkedLM(model, chunk=chunk, batch=batch_size, pad_id=pad)
+        self.engine = ChunkedLM(model, chunk=chunk, batch=batch_size, pad_id=pad,
+                                width=search_width)
         self.scorer = WordScorer(lambda text: tokenizer.encode(text, add_special_tokens=False),
-                                 vocab, self.engine.rows_many)
+                                 vocab, self.engine.rows_many, self.engine.path_rows,
+                                 width=search_width)
 
     def _refused(self, error: RefusedQuery, context: str,
                  candidates: Sequence[str] | None) -> ModelError:

@@ -14,13 +14,23 @@ forward pass here has one shape, ``[batch, chunk]`` tokens, whatever is asked:
 
 So the log-probabilities at a position are a function of the tokens up to it alone.  Rows
 already computed are kept (least recently used first out): the queries of one line share
-their context (one pass per chunk of the line for ``we``), completion search reuses the
-context's cache.
+their context (one pass per chunk of the line for ``we``).
+
+**Paths after a head** (:meth:`ChunkedLM.path_rows`, the completion search): a head (a
+context's tokens) is computed by chunks as above, its key/value cache kept; each path of
+tokens after it is then one token longer than a path asked before, and only that token goes
+through the model, in a pass of shape ``[width, 1]`` whose past is the head's cache and the
+path's earlier tokens' (computed the same way), right-padded with masked slots to a capacity
+that depends on the path's length alone (8, 16, 32, ... tokens).  So a path's row is a
+function of the head and the path, whichever paths share its pass, and it costs a fraction of
+a chunk's pass (BENCHMARKS.md, "neural": 16 paths in one pass).  Its floats may differ in the
+last bits from the same position's row computed by chunks.
 """
 
 from __future__ import annotations
 
 import collections
+import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +60,14 @@ class _Lru:
             self.items.popitem(last=False)
 
 
+def _capacity(size: int) -> int:
+    """The padded slots for a path's ``size`` earlier tokens: 8, 16, 32, ..."""
+    capacity = 8
+    while capacity < size:
+        capacity *= 2
+    return capacity
+
+
 def _cache_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per-layer ``(keys, values)`` of a transformers cache object or legacy tuple."""
     layers = getattr(cache, "layers", None)
@@ -64,16 +82,20 @@ class ChunkedLM:
     """Log-probabilities of next tokens at chosen positions of token sequences.
 
     Args:
-        model: a transformers causal LM (``model(input_ids, past_key_values=...)``).
+        model: a transformers causal LM (``model(input_ids, cache=...)``, before
+            transformers 5 ``past_key_values=...``).
         chunk: tokens per forward pass row (the fixed sequence length of every pass).
         batch: rows per forward pass.
         pad_id: the token id that fills the unused end of a chunk.
         keep_rows: chunks of log-probabilities kept (each ``chunk x vocabulary`` float32).
         keep_states: key/value caches of prefixes kept.
+        width: paths per forward pass of :meth:`path_rows`.
+        keep_paths: paths' rows and key/value caches kept (each a ``vocabulary`` float32 row).
     """
 
     def __init__(self, model: Any, chunk: int = 16, batch: int = 1, pad_id: int = 0,
-                 keep_rows: int = 48, keep_states: int = 64):
+                 keep_rows: int = 48, keep_states: int = 64, width: int = 16,
+                 keep_paths: int = 256):
         self.model = model
         self.chunk = chunk
         self.batch = batch
@@ -81,7 +103,13 @@ class ChunkedLM:
         self.device = next(model.parameters()).device
         self._rows: _Lru = _Lru(keep_rows)       # (past, content) -> np.ndarray [len, V]
         self._states: _Lru = _Lru(keep_states)   # prefix of whole chunks -> per-layer (k, v)
+        self.width = width
+        self._heads: _Lru = _Lru(8)              # head -> its cache, [layers, 2, 1, H, len, D]
+        self._paths: _Lru = _Lru(keep_paths)     # head + path -> (row, [layers, 2, 1, H, len, D])
         self.forward_passes = 0
+        # transformers 5 renamed ``past_key_values`` to ``cache`` (the old name goes in 5.40)
+        parameters = inspect.signature(model.forward).parameters
+        self._cache_keyword = "cache" if "cache" in parameters else "past_key_values"
 
     # -- the one public question
     def rows(self, tokens: Tokens, positions: list[int]) -> dict[int, np.ndarray]:
@@ -118,7 +146,99 @@ class ChunkedLM:
                         found[position] = rows[position - k * c]
         return answers
 
+    def path_rows(self, head: Tokens, paths: list[Tokens]) -> list[np.ndarray]:
+        """Log-probabilities (natural log, float32 ``[vocabulary]``) of the token after
+        ``head + path`` for each path (see the module doc; ``head`` and each path non-empty).
+        A path's shorter prefixes are computed first where they are not kept."""
+        found: dict[Tokens, np.ndarray] = {}
+        todo: dict[int, list[Tokens]] = {}
+        for path in dict.fromkeys(paths):
+            entry = self._paths.get(head + path)
+            if entry is not None:
+                found[path] = entry[0]
+            else:
+                todo.setdefault(_capacity(len(path) - 1), []).append(path)
+        for capacity in sorted(todo):
+            group = todo[capacity]
+            for start in range(0, len(group), self.width):
+                found.update(self._step(head, group[start:start + self.width], capacity))
+        return [found[path] for path in paths]
+
     # -- internals
+    def _head_cache(self, head: Tokens) -> torch.Tensor:
+        """The key/value cache of ``head``'s tokens, ``[layers, 2, 1, heads, len, dim]``,
+        computed by chunks (the last one padded, its padding's cache dropped)."""
+        cache = self._heads.get(head)
+        if cache is None:
+            state = self._states.get(head)
+            if state is None:
+                c = self.chunk
+                whole = (len(head) - 1) // c * c
+                self._compute(head[:whole], [head[whole:]], keep_state=True)
+                state = self._states.get(head)
+            cache = torch.stack([torch.stack([k, v]) for k, v in state])
+            self._heads.put(head, cache)
+        return cache
+
+    def _path_cache(self, head: Tokens, path: Tokens) -> torch.Tensor:
+        """The key/value cache of ``path``'s own tokens after ``head`` (empty for ``()``)."""
+        if not path:
+            shape = list(self._head_cache(head).shape)
+            shape[4] = 0
+            return self._head_cache(head).new_zeros(shape)
+        entry = self._paths.get(head + path)
+        if entry is None:  # evicted: recompute it (the same numbers)
+            self._step(head, [path], _capacity(len(path) - 1))
+            entry = self._paths.get(head + path)
+        return entry[1]
+
+    @torch.inference_mode()
+    def _step(self, head: Tokens, group: list[Tokens],
+              capacity: int) -> dict[Tokens, np.ndarray]:
+        """One ``[width, 1]`` pass: the last token of each path in ``group`` (at most
+        ``width``, each with ``len(path) - 1 <= capacity``) after ``head`` and its earlier
+        tokens."""
+        from transformers import DynamicCache
+        parents = [self._path_cache(head, path[:-1]) for path in group]
+        head_cache = self._head_cache(head)
+        size = len(head)
+        rows = group + [group[0]] * (self.width - len(group))
+        parents += [parents[0]] * (self.width - len(group))
+        layers, _, _, heads, _, dim = head_cache.shape
+        past = head_cache.new_zeros((layers, 2, self.width, heads, size + capacity, dim))
+        past[:, :, :, :, :size] = head_cache
+        mask = torch.zeros((self.width, size + capacity + 1), dtype=torch.long, device=self.device)
+        mask[:, :size] = 1
+        mask[:, -1] = 1
+        for i, parent in enumerate(parents):
+            length = parent.shape[4]
+            past[:, :, i:i + 1, :, size:size + length] = parent
+            mask[i, size:size + length] = 1
+        input_ids = torch.tensor([[path[-1]] for path in rows], dtype=torch.long,
+                                 device=self.device)
+        positions = torch.tensor([[size + len(path) - 1] for path in rows], dtype=torch.long,
+                                 device=self.device)
+        logits, cache = self._forward(DynamicCache([(k, v) for k, v in past]),
+                                      input_ids=input_ids, position_ids=positions,
+                                      attention_mask=mask)
+        logprobs = torch.log_softmax(logits[:, -1].float(), dim=-1).cpu().numpy()
+        new = torch.stack([torch.stack([k[:, :, -1:], v[:, :, -1:]])
+                           for k, v in _cache_tensors(cache)])
+        computed = {}
+        for i, path in enumerate(group):
+            row = logprobs[i].copy()
+            cache = torch.cat([parents[i], new[:, :, i:i + 1]], dim=4)
+            self._paths.put(head + path, (row, cache))
+            computed[path] = row
+        return computed
+
+    def _forward(self, cache: Any, **inputs: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        """One forward pass: its logits and key/value cache."""
+        out = self.model(**inputs, **{self._cache_keyword: cache}, use_cache=True)
+        self.forward_passes += 1
+        returned = out.get("cache")  # transformers 5; ``past_key_values`` before
+        return out.logits, returned if returned is not None else out.past_key_values
+
     def _find(self, past: Tokens, content: Tokens) -> np.ndarray | None:
         """Cached rows for ``content`` after ``past`` (from a computed content that extends
         it: rows before the end of a content do not depend on what follows)."""
@@ -143,9 +263,11 @@ class ChunkedLM:
         return state
 
     @torch.inference_mode()
-    def _compute(self, past: Tokens, contents: list[Tokens]) -> dict[tuple[Tokens, Tokens], np.ndarray]:
+    def _compute(self, past: Tokens, contents: list[Tokens],
+                 keep_state: bool = False) -> dict[tuple[Tokens, Tokens], np.ndarray]:
         """Forward passes of ``contents`` (each at most one chunk) after the same ``past``;
-        their rows by ``(past, content)`` (also kept in the cache)."""
+        their rows by ``(past, content)`` (also kept in the cache); the key/value cache of
+        ``past + content`` is kept for whole chunks, and for every content if ``keep_state``."""
         computed = {}
         from transformers import DynamicCache
         c, b = self.chunk, self.batch
@@ -161,17 +283,18 @@ class ChunkedLM:
                                       for k, v in state])
             else:
                 cache = DynamicCache()
-            out = self.model(input_ids=input_ids, past_key_values=cache, use_cache=True)
-            self.forward_passes += 1
-            logprobs = torch.log_softmax(out.logits.float(), dim=-1).cpu().numpy()
-            layers = _cache_tensors(out.past_key_values)
+            logits, cache = self._forward(cache, input_ids=input_ids)
+            logprobs = torch.log_softmax(logits.float(), dim=-1).cpu().numpy()
+            layers = _cache_tensors(cache)
             for i, content in enumerate(group):
                 rows = logprobs[i, :len(content)].copy()
                 computed[(past, content)] = rows
                 self._rows.put((past, content), rows)
-                if len(content) == c:
-                    self._states.put(past + content,
-                                     [(k[i:i + 1].clone(), v[i:i + 1].clone()) for k, v in layers])
+                if len(content) == c or keep_state:
+                    end = len(past) + len(content)
+                    self._states.put(past + content, [(k[i:i + 1, :, :end].clone(),
+                                                       v[i:i + 1, :, :end].clone())
+                                                      for k, v in layers])
         return computed
 
 

@@ -30,9 +30,11 @@ and every word of a line is scored from one sequence (one pass per chunk of the 
 **Completions** (``wc``): a best-first search over token paths after the context whose text
 starts with the gap and the typed prefix (the prefix may end inside a token) and continues
 with characters of the word's class; a path scores its words as above (the boundary term
-included, canonical tokenizations only).  Paths are expanded most probable first, so the
-search stops, exactly, when the best open path is less probable than the ``n``-th word found;
-``max_expansions`` bounds the forward passes per query (then the best words found so far).
+included, canonical tokenizations only).  Paths are expanded most probable first (up to
+``width`` together, in one forward pass: :meth:`lmchallenge.model.neural.engine.ChunkedLM.path_rows`),
+so the search stops, exactly, when the best open path is less probable than the ``n``-th
+word found; ``max_expansions`` bounds the paths expanded per query (then the best words found
+so far).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from lmchallenge.tokenize import word_tokenizer
 
 Tokens = tuple[int, ...]
 RowsFn = Callable[[list[tuple[Tokens, list[int]]]], list[dict[int, np.ndarray]]]
+PathRowsFn = Callable[[Tokens, list[Tokens]], list[np.ndarray]]
 
 
 class RefusedQuery(ValueError):
@@ -86,12 +89,18 @@ class WordScorer:
         encode: text -> token ids (no special tokens).
         vocab: the vocabulary's bytes and boundary sets.
         rows: :meth:`lmchallenge.model.neural.engine.ChunkedLM.rows_many`.
+        path_rows: :meth:`lmchallenge.model.neural.engine.ChunkedLM.path_rows` (the
+            completion search's rows after a context).
+        width: paths the completion search expands together (one ``path_rows`` call).
     """
 
-    def __init__(self, encode: Callable[[str], list[int]], vocab: Vocabulary, rows: RowsFn):
+    def __init__(self, encode: Callable[[str], list[int]], vocab: Vocabulary, rows: RowsFn,
+                 path_rows: PathRowsFn, width: int = 1):
         self._encode_raw = encode
         self.vocab = vocab
         self.rows = rows
+        self.path_rows = path_rows
+        self.width = width
         self.encode = lru_cache(maxsize=65536)(self._encode_checked)
 
     def _encode_checked(self, text: str) -> Tokens:
@@ -185,7 +194,14 @@ class WordScorer:
     def complete(self, context: str, n: int, max_expansions: int) -> list[tuple[str, float]]:
         """The ``n`` most probable words that extend the word being typed at the end of
         ``context`` (all words when it ends in a gap), as ``[(rest of word, log P)]``, most
-        probable first (ties: the earlier found)."""
+        probable first (ties: the earlier found).
+
+        Each round expands the most probable open paths together (up to ``width``, one
+        forward pass; only paths more probable than the ``n``-th word found so far), so the
+        search ends, exactly, when no open path is more probable than the ``n``-th word found;
+        ``max_expansions`` bounds the paths expanded (then the best words found so far)."""
+        if n <= 0:
+            return []
         context_pieces, gap = pieces(context)
         prefix = ""
         if not gap and context_pieces:  # the context ends inside (or at the end of) a word
@@ -193,47 +209,36 @@ class WordScorer:
             gap = context_pieces[-1][:-len(prefix)]
             context_pieces = context_pieces[:-1]
         head = self.context_tokens(context_pieces)
-        typed = (gap + prefix).encode("utf-8")
-        found: dict[str, float] = {}
-        order: list[str] = []
-        # open paths, lazily: (-log P, tie, parent path, parent's children ids and log P
-        # sorted best first, rank of this child); a popped child pushes its next sibling
-        heap: list[tuple[float, int, Tokens, np.ndarray, np.ndarray, int]] = []
-        tie = 0
-        path: Tokens = ()
-        neg = 0.0
+        search = _Search(typed=(gap + prefix).encode("utf-8"), gap=gap, prefix=prefix, n=n)
+        frontier: list[tuple[Tokens, float]] = [((), 0.0)]
         expansions = 0
-        while True:
-            position = len(head) + len(path) - 1
-            row = self.rows([(head + path, [position])])[0][position]
-            expansions += 1
-            text = b"".join(self.vocab.pieces[t] for t in path)
-            word = _word_of(text, typed, gap, prefix)
-            if word is not None and self._spelled(gap + word) == path:
-                rest = word[len(prefix):]
-                if rest not in found:
-                    order.append(rest)
-                found[rest] = float(-neg + logsumexp(row[self.vocab.boundary(word)]))
-            ids = np.asarray(self._children(text, typed, prefix, gap), dtype=np.int64)
-            if ids.size:
-                logps = row[ids].astype(np.float64)
-                best = np.argsort(-logps, kind="stable")
-                ids, logps = ids[best], logps[best]
-                tie += 1
-                heapq.heappush(heap, (neg - logps[0], tie, path, ids, logps, 0))
-            if not heap or expansions >= max_expansions:
-                break
-            neg, _, parent, ids, logps, rank = heapq.heappop(heap)
-            if rank + 1 < ids.size and logps[rank + 1] > -math.inf:
-                tie += 1
-                parent_neg = neg + logps[rank]
-                heapq.heappush(heap, (parent_neg - logps[rank + 1], tie, parent, ids, logps,
-                                      rank + 1))
-            if neg == math.inf or (len(found) >= n and -neg <= _nth(found, n)):
-                break
-            path = parent + (int(ids[rank]),)
-        ranked = sorted(order, key=lambda rest: -found[rest])
-        return [(rest, found[rest]) for rest in ranked[:n]]
+        while frontier:
+            paths = [path for path, _ in frontier]
+            rows = self._frontier_rows(head, paths)
+            for (path, logp), row in zip(frontier, rows):
+                self._expand(search, path, logp, row)
+            expansions += len(frontier)
+            frontier = search.pop(min(self.width, max_expansions - expansions))
+        return search.best()
+
+    def _frontier_rows(self, head: Tokens, paths: list[Tokens]) -> list[np.ndarray]:
+        """The row after ``head + path`` for each path (the head's own row for ``()``)."""
+        if paths == [()]:
+            position = len(head) - 1
+            return [self.rows([(head, [position])])[0][position]]
+        return self.path_rows(head, paths)
+
+    def _expand(self, search: "_Search", path: Tokens, logp: float, row: np.ndarray) -> None:
+        """Record the word ``path`` spells (if any) and open its children."""
+        text = b"".join(self.vocab.pieces[t] for t in path)
+        word = _word_of(text, search.typed, search.gap, search.prefix)
+        if word is not None and self._spelled(search.gap + word) == path:
+            search.found_word(word[len(search.prefix):],
+                              logp + logsumexp(row[self.vocab.boundary(word)]))
+        ids = np.asarray(self._children(text, search.typed, search.prefix, search.gap),
+                         dtype=np.int64)
+        if ids.size:
+            search.open_children(path, logp, ids, row[ids].astype(np.float64))
 
     def _children(self, text: bytes, typed: bytes, prefix: str, gap: str) -> list[int]:
         """Token ids that may follow a path with bytes ``text`` (see the module doc)."""
@@ -286,5 +291,54 @@ def _word_of(text: bytes, typed: bytes, gap: str, prefix: str) -> str | None:
     return word
 
 
-def _nth(found: dict[str, float], n: int) -> float:
-    return sorted(found.values(), reverse=True)[n - 1]
+class _Search:
+    """The state of one completion search: the words found and the open paths.
+
+    Open paths are kept lazily: a heap entry is a parent's children sorted best first and
+    the rank of the one it stands for; popping it pushes its next sibling."""
+
+    def __init__(self, typed: bytes, gap: str, prefix: str, n: int):
+        self.typed, self.gap, self.prefix, self.n = typed, gap, prefix, n
+        self.found: dict[str, float] = {}
+        self.order: list[str] = []
+        self.heap: list[tuple[float, int, Tokens, np.ndarray, np.ndarray, int]] = []
+        self.tie = 0
+
+    def found_word(self, rest: str, logp: float) -> None:
+        if rest not in self.found:
+            self.order.append(rest)
+        self.found[rest] = float(logp)
+
+    def open_children(self, path: Tokens, logp: float, ids: np.ndarray,
+                      logps: np.ndarray) -> None:
+        best = np.argsort(-logps, kind="stable")
+        ids, logps = ids[best], logps[best]
+        self._push(-logp, path, ids, logps, 0)
+
+    def _push(self, parent_neg: float, parent: Tokens, ids: np.ndarray, logps: np.ndarray,
+              rank: int) -> None:
+        if logps[rank] > -math.inf:
+            self.tie += 1
+            heapq.heappush(self.heap, (parent_neg - logps[rank], self.tie, parent, ids, logps,
+                                       rank))
+
+    def pop(self, most: int) -> list[tuple[Tokens, float]]:
+        """Up to ``most`` open paths, most probable first, that may still lead to a word
+        among the ``n`` best, as ``(path, log P(path))``."""
+        chosen: list[tuple[Tokens, float]] = []
+        while self.heap and len(chosen) < most:
+            neg = self.heap[0][0]
+            if len(self.found) >= self.n and -neg <= self._nth():
+                break
+            neg, _, parent, ids, logps, rank = heapq.heappop(self.heap)
+            if rank + 1 < ids.size:
+                self._push(neg + logps[rank], parent, ids, logps, rank + 1)
+            chosen.append((parent + (int(ids[rank]),), -neg))
+        return chosen
+
+    def _nth(self) -> float:
+        return sorted(self.found.values(), reverse=True)[self.n - 1]
+
+    def best(self) -> list[tuple[str, float]]:
+        ranked = sorted(self.order, key=lambda rest: -self.found[rest])
+        return [(rest, self.found[rest]) for rest in ranked[:self.n]]
