@@ -160,7 +160,8 @@ def test_completion_search_is_exact_within_its_budget(tiny):
     assert all(score <= nth or word in returned for word, score in scored.items())
 
 
-@pytest.mark.parametrize("context", ["In the beginning God ", "And the earth was without form, and v"])
+@pytest.mark.parametrize("context", ["In the beginning God ",
+                                     "And the earth was without form, and v"])
 def test_completions_do_not_depend_on_the_search_width(tiny, context):
     """Expanding 1, 3 or 16 paths per pass finds the same words (an exact search)."""
     answers = [adapter(tiny, top=8, max_expansions=2000, search_width=width).predict(context, None)
@@ -199,6 +200,7 @@ def test_batched_answers_equal_one_by_one(tiny):
             start = line.index(match_word)
             queries.append((line[:start], [match_word]))
     queries.append(("In the beginning God ", ["created", "made", "said", "God"]))
+    queries.append(("In the beginning God ", ["created"]))  # alone: scored by chunks
     queries.append(("In the beginning God cre", None))
     queries.append(("In the beginning ", None))
     batched = adapter(tiny, top=5).predict_batch(queries)

@@ -13,7 +13,10 @@ What each request means (sources in :mod:`lmchallenge.model.neural.words`):
   word-boundary term included (Pimentel & Meister 2024); over any set of distinct words they
   sum to at most 1, so ``we`` entropies compare with other models'.  Candidates that are
   not one word token are left out (the log gets ``null``).  All candidates of a query, and
-  all queries of a batch, go through shared forward passes.
+  all queries of a batch, go through shared forward passes: one candidate (``we``) in
+  chunked passes the line's next word shares, several (``wr``) in one-token passes after
+  the context, ``search_width`` tokens a pass
+  (:meth:`lmchallenge.model.neural.words.WordScorer.score_batch`).
 * ``predict(context, None)`` (``wc``): the ``top`` most probable words continuing what is
   typed at the end of the context (the next word after a gap), as the rest of the word,
   by a best-first search over tokens (exact unless ``max_expansions`` stops it).

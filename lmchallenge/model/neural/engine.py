@@ -149,19 +149,29 @@ class ChunkedLM:
     def path_rows(self, head: Tokens, paths: list[Tokens]) -> list[np.ndarray]:
         """Log-probabilities (natural log, float32 ``[vocabulary]``) of the token after
         ``head + path`` for each path (see the module doc; ``head`` and each path non-empty).
-        A path's shorter prefixes are computed first where they are not kept."""
+
+        Paths go through in rounds: a path whose shorter prefix is asked too comes a round
+        after it; within a round, passes of ``width`` paths of one capacity.  A prefix that
+        is neither asked nor kept is computed first, alone."""
+        asked = dict.fromkeys(paths)
         found: dict[Tokens, np.ndarray] = {}
-        todo: dict[int, list[Tokens]] = {}
-        for path in dict.fromkeys(paths):
+        rounds: dict[tuple[int, int], list[Tokens]] = {}
+        for path in asked:
             entry = self._paths.get(head + path)
             if entry is not None:
                 found[path] = entry[0]
-            else:
-                todo.setdefault(_capacity(len(path) - 1), []).append(path)
-        for capacity in sorted(todo):
-            group = todo[capacity]
+                continue
+            depth, parent = 0, path[:-1]
+            while parent in asked and self._paths.get(head + parent) is None:
+                depth, parent = depth + 1, parent[:-1]
+            rounds.setdefault((depth, _capacity(len(path) - 1)), []).append(path)
+        caches: dict[Tokens, torch.Tensor] = {}
+        for key in sorted(rounds):
+            group = rounds[key]
             for start in range(0, len(group), self.width):
-                found.update(self._step(head, group[start:start + self.width], capacity))
+                for path, (row, cache) in self._step(head, group[start:start + self.width],
+                                                     key[1], caches).items():
+                    found[path], caches[path] = row, cache
         return [found[path] for path in paths]
 
     # -- internals
@@ -180,26 +190,30 @@ class ChunkedLM:
             self._heads.put(head, cache)
         return cache
 
-    def _path_cache(self, head: Tokens, path: Tokens) -> torch.Tensor:
-        """The key/value cache of ``path``'s own tokens after ``head`` (empty for ``()``)."""
+    def _path_cache(self, head: Tokens, path: Tokens,
+                    caches: dict[Tokens, torch.Tensor]) -> torch.Tensor:
+        """The key/value cache of ``path``'s own tokens after ``head`` (empty for ``()``),
+        from ``caches``, else kept, else computed (the same numbers)."""
         if not path:
             shape = list(self._head_cache(head).shape)
             shape[4] = 0
             return self._head_cache(head).new_zeros(shape)
+        if path in caches:
+            return caches[path]
         entry = self._paths.get(head + path)
-        if entry is None:  # evicted: recompute it (the same numbers)
-            self._step(head, [path], _capacity(len(path) - 1))
-            entry = self._paths.get(head + path)
+        if entry is None:
+            entry = self._step(head, [path], _capacity(len(path) - 1), caches)[path]
+        caches[path] = entry[1]
         return entry[1]
 
     @torch.inference_mode()
-    def _step(self, head: Tokens, group: list[Tokens],
-              capacity: int) -> dict[Tokens, np.ndarray]:
+    def _step(self, head: Tokens, group: list[Tokens], capacity: int,
+              caches: dict[Tokens, torch.Tensor]) -> dict[Tokens, tuple[np.ndarray, torch.Tensor]]:
         """One ``[width, 1]`` pass: the last token of each path in ``group`` (at most
         ``width``, each with ``len(path) - 1 <= capacity``) after ``head`` and its earlier
-        tokens."""
+        tokens (their caches from ``caches`` or kept); each path's row and cache."""
         from transformers import DynamicCache
-        parents = [self._path_cache(head, path[:-1]) for path in group]
+        parents = [self._path_cache(head, path[:-1], caches) for path in group]
         head_cache = self._head_cache(head)
         size = len(head)
         rows = group + [group[0]] * (self.width - len(group))
@@ -226,10 +240,9 @@ class ChunkedLM:
                            for k, v in _cache_tensors(cache)])
         computed = {}
         for i, path in enumerate(group):
-            row = logprobs[i].copy()
             cache = torch.cat([parents[i], new[:, :, i:i + 1]], dim=4)
-            self._paths.put(head + path, (row, cache))
-            computed[path] = row
+            computed[path] = (logprobs[i].copy(), cache)
+            self._paths.put(head + path, computed[path])
         return computed
 
     def _forward(self, cache: Any, **inputs: torch.Tensor) -> tuple[torch.Tensor, Any]:

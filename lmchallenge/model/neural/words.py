@@ -31,8 +31,8 @@ and every word of a line is scored from one sequence (one pass per chunk of the 
 starts with the gap and the typed prefix (the prefix may end inside a token) and continues
 with characters of the word's class; a path scores its words as above (the boundary term
 included, canonical tokenizations only).  Paths are expanded most probable first (up to
-``width`` together, in one forward pass: :meth:`lmchallenge.model.neural.engine.ChunkedLM.path_rows`),
-so the search stops, exactly, when the best open path is less probable than the ``n``-th
+``width`` together, in one forward pass:
+:meth:`lmchallenge.model.neural.engine.ChunkedLM.path_rows`), so the search stops, exactly, when the best open path is less probable than the ``n``-th
 word found; ``max_expansions`` bounds the paths expanded per query (then the best words found
 so far).
 """
@@ -142,6 +142,11 @@ class WordScorer:
     def score_batch(self, queries: list[tuple[str, Sequence[str]]]) -> list[list[tuple[str, float]]]:
         """Natural-log probabilities of whole-word candidates after contexts.
 
+        A query with one candidate (``we``) is scored from chunked passes over the context
+        and the word, which the next word's query shares; the candidates of a query with
+        several (``wr``) part after the context, so their tokens go through one-token passes
+        as the paths of the completion search do (``path_rows``).
+
         Args:
             queries: ``(context, candidates)`` pairs.
         Returns:
@@ -153,8 +158,7 @@ class WordScorer:
             RefusedQuery: a query with one candidate that continues the context's last
                 word: a character query (``ce``), not computed here.
         """
-        plans = []
-        requests: list[tuple[Tokens, list[int]]] = []
+        plans: list[tuple[int, str, Tokens, Tokens]] = []  # (query, candidate, head, word)
         for query, (context, candidates) in enumerate(queries):
             context_pieces, gap = self.split(context)
             if len(candidates) == 1 and self.continues(context_pieces, gap, candidates[0]):
@@ -166,29 +170,50 @@ class WordScorer:
             for candidate in candidates:
                 if not single_word(candidate) or self.continues(context_pieces, gap, candidate):
                     continue
-                head = self.context_tokens(context_pieces)
                 word = self._spelled(gap + candidate)
-                if word is None:
-                    continue
-                n = len(head)
-                requests.append((head + word, list(range(n - 1, n + len(word)))))
-                plans.append((query, candidate))
-        answers = self.rows(requests) if requests else []
+                if word is not None:
+                    plans.append((query, candidate, self.context_tokens(context_pieces), word))
+        several = {query for query, (_, candidates) in enumerate(queries) if len(candidates) > 1}
+        chunked = self._chunked_rows([plan for plan in plans if plan[0] not in several])
+        paths = self._path_rows([plan for plan in plans if plan[0] in several])
         by_query: list[list[tuple[str, float]]] = [[] for _ in queries]
-        for (query, candidate), (tokens, positions), rows in zip(plans, requests, answers):
-            by_query[query].append(
-                (candidate, self._path_score(candidate, tokens, positions, rows)))
+        for query, candidate, head, word in plans:
+            rows = (paths if query in several else chunked)[head, word]
+            by_query[query].append((candidate, self._word_score(candidate, word, rows)))
         return by_query
 
-    def _path_score(self, word: str, tokens: Tokens, positions: list[int],
-                    rows: dict[int, np.ndarray]) -> float:
-        """log P(word tokens then a boundary): ``positions`` are those predicting each word
-        token, then the one after the last."""
-        total = 0.0
-        for position in positions[:-1]:
-            total += float(rows[position][tokens[position + 1]])
-        last = rows[positions[-1]]
-        return total + logsumexp(last[self.vocab.boundary(word)])
+    def _chunked_rows(self, plans: list[tuple[int, str, Tokens, Tokens]]
+                      ) -> dict[tuple[Tokens, Tokens], list[np.ndarray]]:
+        """The rows predicting each token of ``word`` and the one after it, by chunks."""
+        requests = [(head + word, list(range(len(head) - 1, len(head) + len(word))))
+                    for _, _, head, word in plans]
+        answers = self.rows(requests) if requests else []
+        return {(head, word): [rows[position] for position in positions]
+                for (_, _, head, word), (_, positions), rows in zip(plans, requests, answers)}
+
+    def _path_rows(self, plans: list[tuple[int, str, Tokens, Tokens]]
+                   ) -> dict[tuple[Tokens, Tokens], list[np.ndarray]]:
+        """The same rows from the head's row and one-token passes over the word's prefixes."""
+        words: dict[Tokens, dict[Tokens, None]] = {}
+        for _, _, head, word in plans:
+            words.setdefault(head, {})[word] = None
+        heads = list(words)
+        head_rows = self.rows([(head, [len(head) - 1]) for head in heads]) if heads else []
+        found = {}
+        for head, ends in zip(heads, head_rows):
+            paths = list(dict.fromkeys(word[:k] for word in words[head]
+                                       for k in range(1, len(word) + 1)))
+            after = dict(zip(paths, self.path_rows(head, paths)))
+            for word in words[head]:
+                found[head, word] = [ends[len(head) - 1]] + [after[word[:k]]
+                                                           for k in range(1, len(word) + 1)]
+        return found
+
+    def _word_score(self, word: str, tokens: Tokens, rows: list[np.ndarray]) -> float:
+        """log P(the word's tokens, then a boundary): ``rows`` predict each token of the
+        word, then the one after it."""
+        total = sum(float(row[token]) for row, token in zip(rows, tokens))
+        return total + logsumexp(rows[-1][self.vocab.boundary(word)])
 
     # -- completions
     def complete(self, context: str, n: int, max_expansions: int) -> list[tuple[str, float]]:
