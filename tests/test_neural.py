@@ -249,11 +249,12 @@ def test_lmc_run_in_process_equals_lmc_neural_serve(model_dir, corpus, tmp_path,
     if game[0] == "wc":  # a short line: every prefix of every word is a search
         corpus = tmp_path / "short.txt"
         corpus.write_text("In the beginning God created the heaven.\n")
-    options = {"model": str(model_dir), "top": 5, "max_expansions": 12, "threads": 1}
+    options = {"model": str(model_dir), "top": 5, "max_expansions": 12, "threads": 1,
+               "search_width": 3}
     in_process = lmc("run", "--timeout", "600", "-o", json.dumps(options), SPEC, *game,
                      str(corpus)).stdout
     served = lmc("run", "--timeout", "600", serve_command(model_dir)
-                 + " --top 5 --max-expansions 12", *game, str(corpus)).stdout
+                 + " --top 5 --max-expansions 12 --search-width 3", *game, str(corpus)).stdout
     assert in_process == served
     rows = [json.loads(line) for line in in_process.splitlines()]
     assert len(rows) == sum(len(words(line)) for line in corpus.read_text().splitlines())
@@ -271,15 +272,21 @@ def test_ce_is_refused_with_a_clear_message(model_dir, corpus):
         assert b"Traceback" not in result.stderr
 
 
-def test_lmc_dist_equals_lmc_run(model_dir, corpus, tmp_path):
-    expected = lmc("run", serve_command(model_dir), "we", str(corpus)).stdout
-    result = subprocess.run([str(BIN / "lmc-dist"), "run", serve_command(model_dir), "we",
+@pytest.mark.parametrize("game", ["we", "wc"])
+def test_lmc_dist_equals_lmc_run(model_dir, corpus, tmp_path, game):
+    if game == "wc":  # every prefix of every word is a search (of one-token passes)
+        corpus = tmp_path / "short.txt"
+        corpus.write_text("In the beginning God created the heaven.\nAnd the earth was\n")
+    expected = lmc("run", serve_command(model_dir), game, str(corpus)).stdout
+    result = subprocess.run([str(BIN / "lmc-dist"), "run", serve_command(model_dir), game,
                              "--input", str(corpus), "--run-dir", str(tmp_path / "run"),
-                             "--workers", "2", "--partition-chars", "200",
+                             "--workers", "2",
+                             "--partition-chars", "200" if game == "we" else "40",
                              "--output", str(tmp_path / "all.jsonl")],
                             capture_output=True, timeout=600)
     assert result.returncode == 0, result.stderr.decode()
     assert (tmp_path / "all.jsonl").read_bytes() == expected
+    assert len(list((tmp_path / "run").glob("part-*"))) >= 2
 
 
 def test_lmc_neural_reports_a_missing_model(tmp_path):
