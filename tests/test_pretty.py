@@ -181,6 +181,28 @@ def test_ansi_escape_by_escape_as_reference(log, args):
 
 
 @pytest.mark.reference
+def test_wr_colours_differ_from_the_reference_only_by_the_documented_rule(monkeypatch):
+    """LM Challenge 5.2 compares the target only with the candidates listed after it (the
+    log lists them by error score, best first); ours with all of them (docs/statistics.md,
+    wr). With 5.2's rule put in, the ANSI output is the reference's byte for byte."""
+    from lmchallenge.cli import cli
+    path = str(DATA / "kjv.o2.wr.jsonl")
+    expected = reference("pretty", path)
+    ours = CliRunner().invoke(cli, ["pretty", path])
+    assert ours.exit_code == 0
+    assert ours.output != expected  # e.g. "Christ": its verbatim outscores it, listed first
+
+    def after_the_target_only(target, results, model):
+        scores = [(r[0], model(r[1], r[2])) for r in results]
+        at = next(i for i, (candidate, _) in enumerate(scores) if candidate == target)
+        return all(score < scores[at][1] for candidate, score in scores[at + 1:]
+                   if candidate != target)
+
+    monkeypatch.setattr(P, "is_correct", after_the_target_only)
+    assert CliRunner().invoke(cli, ["pretty", path]).output == expected
+
+
+@pytest.mark.reference
 @pytest.mark.parametrize("log, pattern", [
     ("kjv.o2.wc.jsonl", "^[a-z]+$"), ("kjv.o2.we.jsonl", "$token=[0-5]"),
     ("kjv.o2.ce.jsonl", "~[aeiou]"),
