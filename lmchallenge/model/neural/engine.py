@@ -16,11 +16,12 @@ So the log-probabilities at a position are a function of the tokens up to it alo
 already computed are kept (least recently used first out): the queries of one line share
 their context (one pass per chunk of the line for ``we``).
 
-**Paths after a head** (:meth:`ChunkedLM.path_rows`, the completion search): a head (a
-context's tokens) is computed by chunks as above, its key/value cache kept; each path of
-tokens after it is then one token longer than a path asked before, and only that token goes
-through the model, in a pass of shape ``[width, 1]`` whose past is the head's cache and the
-path's earlier tokens' (computed the same way), right-padded with masked slots to a capacity
+**Paths after a head** (:meth:`ChunkedLM.path_rows`: the completion search, and the
+candidates of a query with several, which part after its context): a head (a
+context's tokens) is computed by chunks as above, its key/value cache kept; for a path of
+tokens after it only the path's last token goes through the model, in a pass of shape
+``[width, 1]`` whose past is the head's cache and the path's earlier tokens' (its prefix,
+computed the same way, first where it is not kept), right-padded with masked slots to a capacity
 that depends on the path's length alone (8, 16, 32, ... tokens).  So a path's row is a
 function of the head and the path, whichever paths share its pass, and it costs a fraction of
 a chunk's pass (BENCHMARKS.md, "neural": 16 paths in one pass).  Its floats may differ in the
@@ -102,7 +103,7 @@ class ChunkedLM:
         self.pad_id = pad_id
         self.device = next(model.parameters()).device
         self._rows: _Lru = _Lru(keep_rows)       # (past, content) -> np.ndarray [len, V]
-        self._states: _Lru = _Lru(keep_states)   # prefix of whole chunks -> per-layer (k, v)
+        self._states: _Lru = _Lru(keep_states)   # whole chunks, or a head -> per-layer (k, v)
         self.width = width
         self._heads: _Lru = _Lru(8)              # head -> its cache, [layers, 2, 1, H, len, D]
         self._paths: _Lru = _Lru(keep_paths)     # head + path -> (row, [layers, 2, 1, H, len, D])
@@ -111,7 +112,7 @@ class ChunkedLM:
         parameters = inspect.signature(model.forward).parameters
         self._cache_keyword = "cache" if "cache" in parameters else "past_key_values"
 
-    # -- the one public question
+    # -- the public questions
     def rows(self, tokens: Tokens, positions: list[int]) -> dict[int, np.ndarray]:
         """Log-probabilities (natural log, float32 ``[vocabulary]``) of the token after each
         position of ``tokens`` in ``positions`` (0-based, each ``< len(tokens)``)."""
