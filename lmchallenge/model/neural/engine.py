@@ -149,21 +149,26 @@ class ChunkedLM:
 
     def path_rows(self, head: Tokens, paths: list[Tokens]) -> list[np.ndarray]:
         """Log-probabilities (natural log, float32 ``[vocabulary]``) of the token after
-        ``head + path`` for each path (see the module doc; ``head`` and each path non-empty).
+        ``head + path`` for each path (see the module doc; ``head`` non-empty).  The empty
+        path's row is the head's last, computed by chunks.
 
-        Paths go through in rounds: a path whose shorter prefix is asked too comes a round
-        after it; within a round, passes of ``width`` paths of one capacity.  A prefix that
-        is neither asked nor kept is computed first, alone."""
+        Other paths go through in rounds: a path whose shorter prefix is asked too comes a
+        round after it; within a round, passes of ``width`` paths of one capacity.  A prefix
+        that is neither asked nor kept is computed first, alone."""
+        self._head_cache(head)  # the head's last chunk: its rows and cache in one pass
         asked = dict.fromkeys(paths)
         found: dict[Tokens, np.ndarray] = {}
         rounds: dict[tuple[int, int], list[Tokens]] = {}
         for path in asked:
+            if not path:
+                found[path] = self.rows(head, [len(head) - 1])[len(head) - 1]
+                continue
             entry = self._paths.get(head + path)
             if entry is not None:
                 found[path] = entry[0]
                 continue
             depth, parent = 0, path[:-1]
-            while parent in asked and self._paths.get(head + parent) is None:
+            while parent and parent in asked and self._paths.get(head + parent) is None:
                 depth, parent = depth + 1, parent[:-1]
             rounds.setdefault((depth, _capacity(len(path) - 1)), []).append(path)
         caches: dict[Tokens, torch.Tensor] = {}
@@ -196,9 +201,7 @@ class ChunkedLM:
         """The key/value cache of ``path``'s own tokens after ``head`` (empty for ``()``),
         from ``caches``, else kept, else computed (the same numbers)."""
         if not path:
-            shape = list(self._head_cache(head).shape)
-            shape[4] = 0
-            return self._head_cache(head).new_zeros(shape)
+            return self._head_cache(head)[:, :, :, :, :0]
         if path in caches:
             return caches[path]
         entry = self._paths.get(head + path)

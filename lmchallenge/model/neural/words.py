@@ -32,9 +32,9 @@ starts with the gap and the typed prefix (the prefix may end inside a token) and
 with characters of the word's class; a path scores its words as above (the boundary term
 included, canonical tokenizations only).  Paths are expanded most probable first (up to
 ``width`` together, in one forward pass:
-:meth:`lmchallenge.model.neural.engine.ChunkedLM.path_rows`), so the search stops, exactly, when the best open path is less probable than the ``n``-th
-word found; ``max_expansions`` bounds the paths expanded per query (then the best words found
-so far).
+:meth:`lmchallenge.model.neural.engine.ChunkedLM.path_rows`), so the search stops, exactly,
+when the best open path is less probable than the ``n``-th word found; ``max_expansions``
+bounds the paths expanded per query (then the best words found so far).
 """
 
 from __future__ import annotations
@@ -89,8 +89,8 @@ class WordScorer:
         encode: text -> token ids (no special tokens).
         vocab: the vocabulary's bytes and boundary sets.
         rows: :meth:`lmchallenge.model.neural.engine.ChunkedLM.rows_many`.
-        path_rows: :meth:`lmchallenge.model.neural.engine.ChunkedLM.path_rows` (the
-            completion search's rows after a context).
+        path_rows: :meth:`lmchallenge.model.neural.engine.ChunkedLM.path_rows` (rows after
+            a context and a path of tokens: the completion search, several candidates).
         width: paths the completion search expands together (one ``path_rows`` call).
     """
 
@@ -193,20 +193,17 @@ class WordScorer:
 
     def _path_rows(self, plans: list[tuple[int, str, Tokens, Tokens]]
                    ) -> dict[tuple[Tokens, Tokens], list[np.ndarray]]:
-        """The same rows from the head's row and one-token passes over the word's prefixes."""
+        """The same rows after each prefix of the word (``path_rows``, one head at a time)."""
         words: dict[Tokens, dict[Tokens, None]] = {}
         for _, _, head, word in plans:
             words.setdefault(head, {})[word] = None
-        heads = list(words)
-        head_rows = self.rows([(head, [len(head) - 1]) for head in heads]) if heads else []
         found = {}
-        for head, ends in zip(heads, head_rows):
-            paths = list(dict.fromkeys(word[:k] for word in words[head]
-                                       for k in range(1, len(word) + 1)))
+        for head, heads_words in words.items():
+            paths = list(dict.fromkeys(word[:k] for word in heads_words
+                                       for k in range(len(word) + 1)))
             after = dict(zip(paths, self.path_rows(head, paths)))
-            for word in words[head]:
-                found[head, word] = [ends[len(head) - 1]] + [after[word[:k]]
-                                                           for k in range(1, len(word) + 1)]
+            for word in heads_words:
+                found[head, word] = [after[word[:k]] for k in range(len(word) + 1)]
         return found
 
     def _word_score(self, word: str, tokens: Tokens, rows: list[np.ndarray]) -> float:
@@ -239,19 +236,12 @@ class WordScorer:
         expansions = 0
         while frontier:
             paths = [path for path, _ in frontier]
-            rows = self._frontier_rows(head, paths)
+            rows = self.path_rows(head, paths)
             for (path, logp), row in zip(frontier, rows):
                 self._expand(search, path, logp, row)
             expansions += len(frontier)
             frontier = search.pop(min(self.width, max_expansions - expansions))
         return search.best()
-
-    def _frontier_rows(self, head: Tokens, paths: list[Tokens]) -> list[np.ndarray]:
-        """The row after ``head + path`` for each path (the head's own row for ``()``)."""
-        if paths == [()]:
-            position = len(head) - 1
-            return [self.rows([(head, [position])])[0][position]]
-        return self.path_rows(head, paths)
 
     def _expand(self, search: "_Search", path: Tokens, logp: float, row: np.ndarray) -> None:
         """Record the word ``path`` spells (if any) and open its children."""
