@@ -84,7 +84,8 @@ def main() -> None:
     print(f"neural: {neural.name} loaded and warmed up in {time.perf_counter() - start:.1f} s "
           f"(device {args.device}, chunk {args.chunk}, batch {args.batch_size})", flush=True)
     results = {}
-    runs = (("we", games.we, we_lines), ("wc", wc_game, wc_lines))
+    runs = tuple(run for run in (("we", games.we, we_lines), ("wc", wc_game, wc_lines))
+                 if run[2])
     for name, game, data in runs:
         count, elapsed = timed(game, neural, data)
         results[("neural", name)] = count / elapsed
@@ -105,7 +106,7 @@ def main() -> None:
             results[("ngram", name)] = count / elapsed
             print(f"ngram {name}: {count} words in {elapsed:.2f} s: {count / elapsed:.0f} words/s",
                   flush=True)
-    for name in ("we", "wc"):
+    for name, _, _ in runs:
         ratio = results[("neural", name)] / results[("ngram", name)]
         print(f"{name}: neural {results[('neural', name)]:.3g} words/s, n-gram "
               f"{results[('ngram', name)]:.0f} words/s: ratio {ratio:.3g}")

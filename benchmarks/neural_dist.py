@@ -77,6 +77,8 @@ def main() -> None:
                         "--dtype", args.dtype, "--batch-size", str(args.batch_size), "--chunk",
                         str(args.chunk), "--threads", str(args.threads)]
                        + (["--random-weights"] if args.random_weights else []))
+    # the server answers 64 * batch-size queries a call and reads about half the window at once
+    window = str(max(256, 128 * args.batch_size))
     work = Path(tempfile.mkdtemp(prefix="lmc-neural-dist-"))
     try:
         corpus, base = work / "corpus.txt", work / "base.txt"
@@ -84,7 +86,8 @@ def main() -> None:
         build_corpus(base, min(args.base_lines, args.lines), "kjv")
         print(f"machine: {os.cpu_count()} CPUs; model: {model}", flush=True)
 
-        base_s, result = timed([str(bin_dir / "lmc"), "run", "--timeout", "600", model, "we",
+        base_s, result = timed([str(bin_dir / "lmc"), "run", "--timeout", "600", "--window",
+                                window, model, "we",
                                 str(base)], stdout=subprocess.PIPE)
         base_words = result.stdout.count("\n")
         print(f"lmc run, {args.base_lines} lines: {base_words} words in {base_s:.1f} s: "
@@ -98,7 +101,7 @@ def main() -> None:
         run_dir = work / "run"
         dist_s, result = timed([str(bin_dir / "lmc-dist"), "run", model, "we", "--input", str(corpus),
                                 "--run-dir", str(run_dir), "--workers", str(args.workers),
-                                "--timeout", "600", "--no-progress"])
+                                "--timeout", "600", "--window", window, "--no-progress"])
         stop.set()
         manifest = json.loads((run_dir / "_manifest.json").read_text())
         words = sum(p.get("rows") or 0 for p in manifest["partitions"])

@@ -91,6 +91,9 @@ def run_options(function):
                      help="JSON options of the model, as for lmc run."),
         click.option("--timeout", type=float, default=60.0, show_default=True,
                      help="Seconds a shell model may take to answer."),
+        click.option("--window", type=click.IntRange(1), default=256, show_default=True,
+                     help="Predict requests in flight to a shell model (a batching model "
+                          "reads about half of them at a time)."),
         click.option("--progress/--no-progress", default=None,
                      help="Progress bar on stderr (default: when stderr is a terminal)."),
         click.option("-v", "--verbose", count=True, help="More detail on stderr."),
@@ -125,7 +128,8 @@ def _execute(ctx, game: GameSpec, kw: dict) -> None:
     options = kw.pop("options")
     if not isinstance(options, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--options")
-    predictor = PredictorSpec(ctx.obj["predictor"], options, timeout=kw.pop("timeout"))
+    predictor = PredictorSpec(ctx.obj["predictor"], options, timeout=kw.pop("timeout"),
+                              window=kw.pop("window"))
     uncertainty = {name: kw.pop(name) for name in ("confidence", "resamples", "ci_seed", "ci_method")}
     intervals = settings_of(uncertainty) if wanted(uncertainty) else None
     job = DistJob(predictor=predictor, game=game, input=kw.pop("input_path"), intervals=intervals, **kw)

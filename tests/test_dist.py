@@ -513,3 +513,29 @@ def test_bad_resources_are_a_usage_error(tmp_path, commits, text, message):
 def test_resources_parse_as_dask_writes_them():
     assert parse_resources("GPU=1, MEMORY=8e9") == {"GPU": 1.0, "MEMORY": 8e9}
     assert format_resources({"GPU": 1.0, "MEMORY": 8e9}) == "GPU=1 MEMORY=8e+09"
+
+
+PAIRS_MODEL = """import sys
+pending = 0
+for line in sys.stdin:
+    if line.startswith("predict"):
+        pending += 1
+        if pending == 2:  # answers requests two at a time
+            sys.stdout.write("x\\t-1.0\\n" * 2)
+            sys.stdout.flush()
+            pending = 0
+"""
+
+
+def test_the_window_reaches_the_workers_models(tmp_path):
+    """--window: a model that answers two requests at a time waits for ever with 1 in flight."""
+    (tmp_path / "pairs.py").write_text(PAIRS_MODEL)
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("a b c d\n")
+    args = ["run", f"{PYTHON} {tmp_path / 'pairs.py'}", "we", "--input", str(corpus),
+            "--workers", "1", "--timeout", "3", "--retries", "0", "--no-progress"]
+    hung = lmc_dist(args + ["--run-dir", str(tmp_path / "one"), "--window", "1"], check=False)
+    assert hung.returncode == 2
+    assert "no answer within 3 s" in hung.stderr.decode()
+    lmc_dist(args + ["--run-dir", str(tmp_path / "two"), "--window", "2"])
+    assert concatenated(tmp_path / "two").count(b"\n") == 4

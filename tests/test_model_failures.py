@@ -377,3 +377,17 @@ def test_a_python_model_that_cannot_be_found(tmp_path):
     text = failed(lmc("run", "nosuchmodule:Model", "we", stdin=b"a\n", cwd=tmp_path))
     assert text == "lmc: error: model 'nosuchmodule:Model': cannot load: No module named " \
                    "'nosuchmodule'\n"
+
+
+@pytest.mark.parametrize("attribute, scores", [
+    ("", [-5.0] * 5),                                       # 64 a call: all five at once
+    ("    predict_batch_size = 2\n", [-2.0, -2.0, -2.0, -2.0, -1.0]),
+])
+def test_a_python_model_sets_its_predict_batch_size(tmp_path, attribute, scores):
+    """Each word's score is the size of the predict_batch call that answered it."""
+    (tmp_path / "sized.py").write_text(
+        f"class Sized:\n{attribute}    def predict_batch(self, queries):\n"
+        "        return [[(c, -float(len(queries))) for c in cs] for _, cs in queries]\n")
+    result = lmc("run", "sized:Sized", "we", stdin=b"a b c d e\n", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr.decode()
+    assert [json.loads(line)["logp"] for line in result.stdout.splitlines()] == scores

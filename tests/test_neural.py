@@ -209,6 +209,35 @@ def test_batched_answers_equal_one_by_one(tiny):
         assert one == batched
 
 
+def test_the_rows_of_a_pass_come_from_different_lines(tiny):
+    """Chunk k of every line follows k whole chunks, so a pass of 3 rows takes 3 lines' chunk
+    k: 3 lines cost the passes of the longest alone, and the answers are those of one
+    line at a time (with 1-row passes) bit for bit."""
+    queries, per_line = [], []
+    for line in LINES[:3]:
+        line_queries = [(line[:line.index(w)], [w]) for w in words(line)]
+        one = adapter(tiny, chunk=8)
+        per_line.append((one.predict_batch(line_queries), one.engine.forward_passes))
+        queries += line_queries
+    lm = adapter(tiny, chunk=8, batch_size=3)
+    assert lm.predict_batch(queries) == [a for answers, _ in per_line for a in answers]
+    assert lm.engine.forward_passes == max(passes for _, passes in per_line) > 1
+
+
+def test_rows_held_when_the_cache_drops_them(tiny):
+    """More sequences in one call than rows kept: the rows found before the passes are held."""
+    from lmchallenge.model.neural.engine import ChunkedLM
+    sequences = [tuple(range(5 + i, 25 + i)) for i in range(6)]
+    requests = [(tokens, list(range(len(tokens)))) for tokens in sequences]
+    small = ChunkedLM(tiny[1], chunk=8, batch=2, keep_rows=2)
+    small.rows_many([(sequences[-1], list(range(8)))])  # its first chunk known before
+    together = small.rows_many(requests)
+    for request, rows in zip(requests, together):
+        alone = ChunkedLM(tiny[1], chunk=8, batch=2).rows_many([request])[0]
+        assert sorted(rows) == sorted(alone)
+        assert all((rows[p] == alone[p]).all() for p in alone)
+
+
 def test_ce_queries_are_refused(tiny):
     lm = adapter(tiny)
     with pytest.raises(ModelError, match=r"character probabilities \(ce\) are not computed"):
@@ -380,3 +409,19 @@ def test_a_skeleton_serves_random_weights(model_dir, corpus, tmp_path):
     refused = lmc("run", serve_command(skeleton), "we", str(corpus), check=False)
     assert refused.returncode == 2 and b"cannot load the model" in refused.stderr
     assert b"Traceback" not in refused.stderr
+
+
+@pytest.mark.parametrize("supported", [False, True])
+def test_bfloat16_on_a_cpu_without_it_is_warned_about(model_dir, monkeypatch, caplog, supported):
+    import platform
+
+    from lmchallenge.model.neural.loading import load
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: supported)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    with caplog.at_level("WARNING"):
+        load(str(model_dir), dtype="bfloat16")
+        load(str(model_dir), dtype="float32")
+    expected = [f"{model_dir}: this CPU has no AVX512-BF16 or AMX, so bfloat16 is emulated: "
+                "expect it to be several times slower than float32 (--dtype float32)"]
+    assert [r.getMessage() for r in caplog.records] == ([] if supported else expected)

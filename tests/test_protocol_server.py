@@ -263,3 +263,31 @@ def test_console_script_with_pipelined_shell_model(model_file, kjv_test_lines):
 @pytest.fixture(scope="module")
 def kjv_test_lines() -> list[str]:
     return (DATA / "kjv" / "test.sample.txt").read_text(encoding="utf-8").splitlines()[:12]
+
+
+def test_lmc_neural_serve_groups_queries_by_the_models_batch_and_a_candidate_budget():
+    """lmc-neural's server: up to predict_batch_size scoring queries a call, at most
+    BATCH_CANDIDATES candidates in all (a bigger query alone), and a completion alone."""
+    from lmchallenge.cli.neural import BATCH_CANDIDATES, serve_batched
+
+    class Sizes:
+        predict_batch_size = 3
+
+        def __init__(self):
+            self.calls: list[list[int]] = []  # candidates per query, per call (-1: none)
+
+        def predict_batch(self, queries):
+            self.calls.append([-1 if c is None else len(c) for _, c in queries])
+            return [[("x", -1.0)] for _ in queries]
+
+    many = "\t".join(str(i) for i in range(BATCH_CANDIDATES // 2 - 1))
+    requests = ["predict\ta\tb"] * 4 + ["predict\ta\t" + many] * 3 + ["predict\tab"] \
+        + ["predict\ta\t" + "\t".join(map(str, range(BATCH_CANDIDATES + 1)))] \
+        + ["predict\ta\tb"] * 2
+    model, sink = Sizes(), io.BytesIO()
+    serve_batched(model, io.BytesIO("".join(r + "\n" for r in requests).encode()), sink,
+                  io.StringIO())
+    half = BATCH_CANDIDATES // 2 - 1
+    assert model.calls == [[1, 1, 1], [1, half, half], [half], [-1], [BATCH_CANDIDATES + 1],
+                           [1, 1]]
+    assert sink.getvalue() == b"x\t-1.0\n" * len(requests)

@@ -3,15 +3,16 @@
 Examples::
 
     lmc run "lmc-neural serve models/SmolLM2-135M-Instruct.Q4_1.gguf" we data/kjv/test.sample.txt
-    lmc run "lmc-neural serve ./my-model --device cuda --batch-size 16" wr vocab.txt data.txt
+    lmc run --window 2048 "lmc-neural serve ./my-model --device cuda --batch-size 16" we data.txt
 
 The server reads what requests have arrived, answers the ``predict`` lines among them in
-batched calls (up to :data:`BATCH_QUERIES` scoring queries, or one completion search, a
-call) (:meth:`lmchallenge.model.neural.adapter.CausalLM.predict_batch`: the queries
-of one line share their forward passes), and writes the answers in one go.  ``train`` and
-``clear`` are read and ignored (the model does not adapt).  A refused query (a ``ce``
-character query) stops the server with the reason on stderr and exit code 2, so the client
-reports it instead of logging empty answers.
+batched calls (up to the model's ``predict_batch_size`` scoring queries with at most
+:data:`BATCH_CANDIDATES` candidates in all, or one completion search, a call)
+(:meth:`lmchallenge.model.neural.adapter.CausalLM.predict_batch`: the queries of one line,
+and the lines of a call, share their forward passes), and writes the answers in one go.
+``train`` and ``clear`` are read and ignored (the model does not adapt).  A refused query (a
+``ce`` character query) stops the server with the reason on stderr and exit code 2, so the
+client reports it instead of logging empty answers.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from lmchallenge.model.wire import format_answer, parse_request
 
 CHUNK = 32  # as lmchallenge.model.neural.adapter.CHUNK (not imported here: it imports torch)
 SEARCH_WIDTH = 16  # as lmchallenge.model.neural.adapter.SEARCH_WIDTH (the same reason)
-BATCH_QUERIES = 64
-"""Most scoring queries answered by one ``predict_batch`` call (then written and flushed)."""
+BATCH_CANDIDATES = 1024
+"""Most candidates in the scoring queries of one ``predict_batch`` call (then written and
+flushed): ``wr`` queries with 100 candidates each share no passes, so a few at a time keep
+the answers flowing within the client's ``--timeout``."""
 
 
 def serve_batched(model, source: IO[bytes], sink: IO[bytes], errors: IO[str]) -> None:
@@ -57,7 +60,7 @@ def serve_batched(model, source: IO[bytes], sink: IO[bytes], errors: IO[str]) ->
                 queries.append((text, candidates))
             elif command not in ("train", "clear"):
                 errors.write(f"lmc-neural: unknown command {command[:80]!r}\n")
-        for group in _groups(queries):
+        for group in _groups(queries, getattr(model, "predict_batch_size", 64)):
             valid = [q for q in group if q is not None]
             answers = iter(model.predict_batch(valid) if valid else [])
             sink.write("".join(format_answer(next(answers)) if q is not None else "\n"
@@ -65,17 +68,22 @@ def serve_batched(model, source: IO[bytes], sink: IO[bytes], errors: IO[str]) ->
             sink.flush()
 
 
-def _groups(queries: list, most: int = BATCH_QUERIES) -> list[list]:
-    """Consecutive queries answered together: up to ``most`` scoring queries, or one
-    completion query (a search of many passes), so answers flow back steadily."""
+def _groups(queries: list, most: int, candidates: int = BATCH_CANDIDATES) -> list[list]:
+    """Consecutive queries answered together: up to ``most`` scoring queries with up to
+    ``candidates`` candidates in all (a query with more alone), or one completion query (a
+    search of many passes), so answers flow back steadily."""
     groups: list[list] = []
+    count = 0
     for query in queries:
         searching = query is not None and query[1] is None
-        if (not groups or searching or len(groups[-1]) >= most
+        size = len(query[1]) if query is not None and query[1] is not None else 0
+        if (not groups or searching or len(groups[-1]) >= most or count + size > candidates
                 or (groups[-1][0] is not None and groups[-1][0][1] is None)):
             groups.append([query])
+            count = size
         else:
             groups[-1].append(query)
+            count += size
     return groups
 
 
@@ -92,10 +100,12 @@ def cli() -> None:
 @click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]),
               default="auto", show_default=True,
               help="Weights and activations: auto is float32 on CPU, bfloat16 on CUDA (on a "
-                   "CPU with AVX512-BF16 or AMX, bfloat16 is 2-3x faster).")
+                   "CPU with AVX512-BF16 or AMX, bfloat16 is 2-3x faster; without them it is "
+                   "emulated, several times slower, and a warning says so).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=1, show_default=True,
               help="Sequences per forward pass (every pass has this many rows; answers "
-                   "depend on it only through rounding).")
+                   "depend on it only through rounding). The server answers 64 x N scoring "
+                   "queries a call: give the client --window 128 x N.")
 @click.option("--chunk", type=click.IntRange(min=1), default=CHUNK, show_default=True,
               help="Tokens per forward-pass row.")
 @click.option("--top", type=click.IntRange(min=0), default=20, show_default=True,

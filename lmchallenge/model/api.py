@@ -30,7 +30,8 @@ class Model:
     Subclasses implement :meth:`predict`; :meth:`train` and :meth:`clear` default to doing
     nothing.  A model may also offer ``predict_batch(queries)`` (a list of
     ``(context, candidates)`` pairs -> a list of results), which :func:`session` uses to
-    score many queries at once.  Models are context managers.
+    score many queries at once, up to its ``predict_batch_size`` attribute (an int, if it
+    has one; else 64) a call.  Models are context managers.
     """
 
     def predict(self, context: str, candidates: Sequence[str] | None) -> Result:

@@ -20,12 +20,14 @@ class Streaming(Protocol):
     def stream(self, requests: Iterable[Request]) -> Iterator[Result]: ...
 
 
-def session(model: Any, requests: Iterable[Request], batch_size: int = 64) -> Iterator[Result]:
+def session(model: Any, requests: Iterable[Request],
+            batch_size: int | None = None) -> Iterator[Result]:
     """Run ``requests`` against ``model``, yielding one answer per :class:`Predict`, in order.
 
     ``model`` is a :class:`ShellModel` (pipelined), a model with ``predict_batch`` (called
-    with up to ``batch_size`` consecutive predicts), or any object with ``predict``,
-    ``train`` and ``clear`` (duck typing, as LM Challenge 5.x).
+    with up to ``batch_size`` consecutive predicts; default the model's
+    ``predict_batch_size`` attribute if it has one, else 64), or any object with
+    ``predict``, ``train`` and ``clear`` (duck typing, as LM Challenge 5.x).
 
     Raises:
         ModelError: the model failed (see :class:`InProcessModel` for Python objects).
@@ -35,7 +37,7 @@ def session(model: Any, requests: Iterable[Request], batch_size: int = 64) -> It
 
 
 def session_batches(model: Any, requests: Iterable[Request],
-                    batch_size: int = 64) -> Iterator[list[Result]]:
+                    batch_size: int | None = None) -> Iterator[list[Result]]:
     """As :func:`session`, but the answers come in consecutive non-empty lists (as the
     model produced them: a pipe read, a ``predict_batch`` call, one ``predict``)."""
     if hasattr(model, "stream_batches"):
@@ -57,9 +59,10 @@ def python_name(model: Any) -> str:
 class InProcessModel:
     """A Python model called in this process, answering as a shell model does.
 
-    Predicts go to ``model.predict_batch`` (up to ``batch_size`` consecutive ones) if it
-    has one, else to ``model.predict`` one by one; ``train``/``clear`` are called if the
-    model has them.  Every other attribute is the model's.
+    Predicts go to ``model.predict_batch`` if it has one (up to ``batch_size`` consecutive
+    ones; default the model's ``predict_batch_size`` attribute if it has one, else 64), else
+    to ``model.predict`` one by one; ``train``/``clear`` are called if the model has them.
+    Every other attribute is the model's.
 
     Answers are checked as a shell model's answer lines are: a score that is a number but
     not finite is an error; a text given twice in one answer keeps its first pair (a
@@ -68,7 +71,7 @@ class InProcessModel:
     Args:
         model: the Python object.
         name: how messages name it (the ``module:Class`` spec; default the type's name).
-        batch_size: most predicts per ``predict_batch`` call.
+        batch_size: most predicts per ``predict_batch`` call (``None``: as above).
     Raises:
         ModelError: (from :meth:`stream_batches`) the model raised (its type and message
             are named, the exception is chained), ``predict_batch`` returned a wrong number
@@ -76,10 +79,10 @@ class InProcessModel:
             An :class:`~lmchallenge.errors.LmcError` the model raises goes through as it is.
     """
 
-    def __init__(self, model: Any, name: str | None = None, batch_size: int = 64):
+    def __init__(self, model: Any, name: str | None = None, batch_size: int | None = None):
         self.model = model
         self.name = name or python_name(model)
-        self.batch_size = batch_size
+        self.batch_size = batch_size or getattr(model, "predict_batch_size", None) or 64
         self._warned_duplicates = False
 
     def __getattr__(self, attribute: str) -> Any:

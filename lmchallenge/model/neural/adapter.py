@@ -54,6 +54,12 @@ SEARCH_WIDTH = 16
 of 16 one-token rows costs about twice one row's (BENCHMARKS.md, "neural")."""
 
 
+QUERIES_PER_ROW = 64
+"""Scoring queries a ``predict_batch`` call takes for each row of a forward pass: about
+2.5 KJV lines of ``we`` a row, so the passes of a batch fill with chunks of different lines
+(BENCHMARKS.md, "neural")."""
+
+
 class CausalLM(Model):
     """A Hugging Face causal LM (directory or ``.gguf``) answering LM Challenge queries.
 
@@ -61,7 +67,9 @@ class CausalLM(Model):
         model: path of a model directory or a ``.gguf`` file.
         device: ``cpu`` or ``cuda`` (``cuda:N``).
         dtype: ``auto`` (float32 on CPU, bfloat16 on CUDA), ``float32``, ``bfloat16``, ``float16``.
-        batch_size: sequences per forward pass (every pass has this many rows).
+        batch_size: sequences per forward pass (every pass has this many rows); the model
+            asks for ``64 * batch_size`` queries a ``predict_batch`` call
+            (:attr:`predict_batch_size`), so that the rows can be filled.
         chunk: tokens per forward pass row.
         top: words returned for a query without candidates (``wc`` counts up to 20).
         max_expansions: paths the completion search may expand per query.
@@ -103,6 +111,7 @@ class CausalLM(Model):
                chunk: int = CHUNK, top: int = 20, max_expansions: int = 64,
                start_token: str | None = None, search_width: int = SEARCH_WIDTH) -> None:
         self.name = name
+        self.predict_batch_size = QUERIES_PER_ROW * batch_size
         self.top = top
         self.max_expansions = max_expansions
         size = model.get_output_embeddings().weight.shape[0]

@@ -10,7 +10,9 @@ forward pass here has one shape, ``[batch, chunk]`` tokens, whatever is asked:
   and, when the sequence ends inside it, right-padded to ``chunk`` tokens.  With causal
   attention a position's output depends only on the tokens up to it; padding after it gets
   attention weight exactly 0 and fills rows of the matrix products that are never read.
-* ``batch`` rows go through each pass; unused rows repeat a used one.
+* ``batch`` rows go through each pass, each after its own past (chunk ``k`` of any sequence
+  follows ``k`` whole chunks, so the rows of one pass may come from different lines); unused
+  rows repeat a used one.
 
 So the log-probabilities at a position are a function of the tokens up to it alone.  Rows
 already computed are kept (least recently used first out): the queries of one line share
@@ -89,7 +91,7 @@ class ChunkedLM:
         batch: rows per forward pass.
         pad_id: the token id that fills the unused end of a chunk.
         keep_rows: chunks of log-probabilities kept (each ``chunk x vocabulary`` float32).
-        keep_states: key/value caches of prefixes kept.
+        keep_states: key/value caches of prefixes kept (at least ``8 * batch``).
         width: paths per forward pass of :meth:`path_rows`.
         keep_paths: paths' rows and key/value caches kept (each a ``vocabulary`` float32 row).
     """
@@ -103,7 +105,8 @@ class ChunkedLM:
         self.pad_id = pad_id
         self.device = next(model.parameters()).device
         self._rows: _Lru = _Lru(keep_rows)       # (past, content) -> np.ndarray [len, V]
-        self._states: _Lru = _Lru(keep_states)   # whole chunks, or a head -> per-layer (k, v)
+        # whole chunks, or a head -> per-layer (k, v); a pass's rows each need their past's
+        self._states: _Lru = _Lru(max(keep_states, 8 * batch))
         self.width = width
         self._heads: _Lru = _Lru(8)              # head -> its cache, [layers, 2, 1, H, len, D]
         self._paths: _Lru = _Lru(keep_paths)     # head + path -> (row, [layers, 2, 1, H, len, D])
@@ -125,24 +128,26 @@ class ChunkedLM:
         answers: list[dict[int, np.ndarray]] = [{} for _ in requests]
         for k in range(max(last_chunk, default=-1) + 1):
             work: dict[Tokens, list[Tokens]] = {}
+            kept: dict[tuple[Tokens, Tokens], np.ndarray] = {}  # held: the cache may drop them
             for (tokens, _), last in zip(requests, last_chunk):
                 if last < k:
                     continue
                 past, content = tokens[:k * c], tokens[k * c:(k + 1) * c]
-                if self._find(past, content) is None or (
+                rows = self._find(past, content)
+                if rows is not None:
+                    kept[past, content] = rows
+                if rows is None or (
                         len(content) == c and last > k and self._states.get(past + content) is None):
                     work.setdefault(past, []).append(content)
-            computed: dict[tuple[Tokens, Tokens], np.ndarray] = {}
-            for past, contents in work.items():
-                computed.update(self._compute(past, _maximal(contents)))
+            computed = self._compute([(past, content) for past, contents in work.items()
+                                      for content in _maximal(contents)])
             for (tokens, positions), found in zip(requests, answers):
                 past, content = tokens[:k * c], tokens[k * c:(k + 1) * c]
                 wanted = [p for p in positions if p // c == k]
                 if wanted:
                     rows = _covering(computed, past, content)
                     if rows is None:
-                        rows = self._find(past, content)
-                    assert rows is not None, "rows were computed above"
+                        rows = kept[past, content]
                     for position in wanted:
                         found[position] = rows[position - k * c]
         return answers
@@ -190,7 +195,7 @@ class ChunkedLM:
             if state is None:
                 c = self.chunk
                 whole = (len(head) - 1) // c * c
-                self._compute(head[:whole], [head[whole:]], keep_state=True)
+                self._compute([(head[:whole], head[whole:])], keep_state=True)
                 state = self._states.get(head)
             cache = torch.stack([torch.stack([k, v]) for k, v in state])
             self._heads.put(head, cache)
@@ -275,35 +280,29 @@ class ChunkedLM:
             c = self.chunk
             for k in range(len(past) // c):
                 if self._states.get(past[:(k + 1) * c]) is None:
-                    self._compute(past[:k * c], [past[k * c:(k + 1) * c]])
+                    self._compute([(past[:k * c], past[k * c:(k + 1) * c])])
             state = self._states.get(past)
         return state
 
     @torch.inference_mode()
-    def _compute(self, past: Tokens, contents: list[Tokens],
+    def _compute(self, pairs: list[tuple[Tokens, Tokens]],
                  keep_state: bool = False) -> dict[tuple[Tokens, Tokens], np.ndarray]:
-        """Forward passes of ``contents`` (each at most one chunk) after the same ``past``;
-        their rows by ``(past, content)`` (also kept in the cache); the key/value cache of
+        """Forward passes of ``(past, content)`` pairs (each content at most one chunk, every
+        past of the same length, a whole number of chunks), ``batch`` pairs a pass whatever
+        their pasts; their rows by pair (also kept in the cache).  The key/value cache of
         ``past + content`` is kept for whole chunks, and for every content if ``keep_state``."""
         computed = {}
-        from transformers import DynamicCache
         c, b = self.chunk, self.batch
-        state = self._past_cache(past)
-        for start in range(0, len(contents), b):
-            group = contents[start:start + b]
-            rows = [list(content) + [self.pad_id] * (c - len(content)) for content in group]
+        for start in range(0, len(pairs), b):
+            group = pairs[start:start + b]
+            rows = [list(content) + [self.pad_id] * (c - len(content)) for _, content in group]
             rows += [rows[0]] * (b - len(rows))
             input_ids = torch.tensor(rows, dtype=torch.long, device=self.device)
-            cache = None
-            if state is not None:
-                cache = DynamicCache([(k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1))
-                                      for k, v in state])
-            else:
-                cache = DynamicCache()
-            logits, cache = self._forward(cache, input_ids=input_ids)
+            logits, cache = self._forward(self._batch_cache([past for past, _ in group]),
+                                          input_ids=input_ids)
             logprobs = torch.log_softmax(logits.float(), dim=-1).cpu().numpy()
             layers = _cache_tensors(cache)
-            for i, content in enumerate(group):
+            for i, (past, content) in enumerate(group):
                 rows = logprobs[i, :len(content)].copy()
                 computed[(past, content)] = rows
                 self._rows.put((past, content), rows)
@@ -313,6 +312,24 @@ class ChunkedLM:
                                                        v[i:i + 1, :, :end].clone())
                                                       for k, v in layers])
         return computed
+
+    def _batch_cache(self, pasts: list[Tokens]) -> Any:
+        """The key/value cache of a pass whose rows follow ``pasts`` (one each, then the
+        first again to fill ``batch`` rows; all of one length)."""
+        from transformers import DynamicCache
+        assert len({len(past) for past in pasts}) == 1, "a pass's pasts are of one length"
+        if not pasts[0]:
+            return DynamicCache()
+        b = self.batch
+        if all(past == pasts[0] for past in pasts):  # the common case: no copy
+            state = self._past_cache(pasts[0])
+            return DynamicCache([(k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1))
+                                 for k, v in state])
+        states = [self._past_cache(past) for past in pasts]
+        states += [states[0]] * (b - len(states))
+        return DynamicCache([(torch.cat([state[layer][0] for state in states]),
+                              torch.cat([state[layer][1] for state in states]))
+                             for layer in range(len(states[0]))])
 
 
 def _covering(computed: dict[tuple[Tokens, Tokens], np.ndarray], past: Tokens,

@@ -8,7 +8,9 @@ files only: nothing is downloaded).  A ``.gguf`` file is read by transformers' G
 
 from __future__ import annotations
 
+import logging
 import os
+import platform
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +38,19 @@ def resolve_dtype(dtype: str, device: str) -> Any:
     return getattr(torch, dtype)
 
 
+def emulated_on_this_cpu(torch_dtype: Any) -> bool:
+    """Whether ``torch_dtype`` (bfloat16, float16) would be emulated on this x86 CPU: it
+    reports neither AVX512-BF16 nor AMX (torch's CPU feature checks).  On such a CPU a
+    bfloat16 pass costs about 3x a float32 one (BENCHMARKS.md, "neural")."""
+    import torch
+    checks = {torch.bfloat16: ("_is_avx512_bf16_supported", "_is_amx_tile_supported"),
+              torch.float16: ("_is_amx_fp16_supported",)}.get(torch_dtype)
+    if checks is None or platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    found = [getattr(torch.cpu, name, None) for name in checks]
+    return all(check is not None and not check() for check in found)
+
+
 def _location(path: str) -> tuple[str, dict[str, str]]:
     """``from_pretrained``'s directory and extra arguments for a directory or ``.gguf`` file."""
     if os.path.isdir(path):
@@ -59,6 +74,10 @@ def load(path: str, device: str = "cpu", dtype: str = "auto", random_weights: bo
     if not os.path.exists(path):
         raise ModelError(path, "no such model directory or .gguf file")
     torch_dtype = resolve_dtype(dtype, device)
+    if device == "cpu" and emulated_on_this_cpu(torch_dtype):
+        logging.getLogger(__name__).warning(
+            "%s: this CPU has no AVX512-BF16 or AMX, so %s is emulated: expect it to be "
+            "several times slower than float32 (--dtype float32)", path, dtype)
     where, extra = _location(path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True, **extra)
