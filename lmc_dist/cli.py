@@ -15,7 +15,8 @@ from lmchallenge.errors import LmcError
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.model.spec import PredictorSpec
 from lmchallenge.cli.game_options import wr_options
-from lmchallenge.cli.options import JsonOption, partial_option, run_command, set_verbosity
+from lmchallenge.cli.options import (JsonOption, partial_option, run_command, set_verbosity,
+                                     window_option)
 from lmchallenge.cli.uncertainty import bootstrap_options, settings_of, wanted
 
 from lmc_dist import reduce
@@ -91,9 +92,7 @@ def run_options(function):
                      help="JSON options of the model, as for lmc run."),
         click.option("--timeout", type=float, default=60.0, show_default=True,
                      help="Seconds a shell model may take to answer."),
-        click.option("--window", type=click.IntRange(1), default=256, show_default=True,
-                     help="Predict requests in flight to a shell model (a batching model "
-                          "reads about half of them at a time)."),
+        window_option,
         click.option("--progress/--no-progress", default=None,
                      help="Progress bar on stderr (default: when stderr is a terminal)."),
         click.option("-v", "--verbose", count=True, help="More detail on stderr."),

@@ -36,7 +36,10 @@ the answers flowing within the client's ``--timeout``."""
 
 
 def serve_batched(model, source: IO[bytes], sink: IO[bytes], errors: IO[str]) -> None:
-    """Answer the protocol on binary streams, one ``predict_batch`` per block of requests.
+    """Answer the protocol on binary streams for ``model`` (a
+    :class:`~lmchallenge.model.neural.adapter.CausalLM`, or any object with
+    ``predict_batch`` and ``predict_batch_size``), in ``predict_batch`` calls of
+    :func:`_groups` of each block of requests.
 
     Raises:
         LmcError: a request the model refuses (the block it came in gets no answers).
@@ -60,7 +63,7 @@ def serve_batched(model, source: IO[bytes], sink: IO[bytes], errors: IO[str]) ->
                 queries.append((text, candidates))
             elif command not in ("train", "clear"):
                 errors.write(f"lmc-neural: unknown command {command[:80]!r}\n")
-        for group in _groups(queries, getattr(model, "predict_batch_size", 64)):
+        for group in _groups(queries, model.predict_batch_size):
             valid = [q for q in group if q is not None]
             answers = iter(model.predict_batch(valid) if valid else [])
             sink.write("".join(format_answer(next(answers)) if q is not None else "\n"

@@ -90,6 +90,16 @@ def page_options(shown_as: str, interval_help: str) -> Callable[[Callable], Call
     return decorate
 
 
+def window_option(command: Callable) -> Callable:
+    """``--window``: predict requests in flight to a shell model (``lmc run``, ``lmc-dist
+    run``; its default is :class:`lmchallenge.model.spec.PredictorSpec`'s, not imported here:
+    every command imports this module, ``lmc stats`` too, which loads no model code)."""
+    return click.option(
+        "--window", default=256, show_default=True, type=click.IntRange(1),
+        help="Predict requests in flight to a shell model (a batching model reads about half "
+             "of them at a time).")(command)
+
+
 def partial_option(command: Callable) -> Callable:
     """The ``--partial`` option of every command that reads logs: an unfinished ``lmc-dist``
     run dir is read as its finished partitions (:mod:`lmchallenge.logs.rundir`) instead of

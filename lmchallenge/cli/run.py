@@ -19,7 +19,7 @@ from lmchallenge.games.job import RunJob, execute
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.model.spec import PredictorSpec
 from lmchallenge.cli.game_options import wr_options
-from lmchallenge.cli.options import JsonOption, set_verbosity
+from lmchallenge.cli.options import JsonOption, set_verbosity, window_option
 
 
 def run_options(function: Callable) -> Callable:
@@ -46,8 +46,7 @@ def run_options(function: Callable) -> Callable:
                           " the file appears only when the run completes."),
         click.option("--timeout", default=60.0, show_default=True, type=float,
                      help="Seconds a shell model may take to answer before it is killed."),
-        click.option("--window", default=256, show_default=True, type=click.IntRange(1),
-                     help="Predict requests in flight to a shell model."),
+        window_option,
     ]
     for option in reversed(options):
         function = option(function)
