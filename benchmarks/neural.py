@@ -10,7 +10,10 @@ predictions only, unless ``--wc-prefixes``: then every prefix of every word is a
 on the first ``--wc-lines``, in process
 (``lmchallenge.games.we``/``wc`` with :class:`lmchallenge.model.neural.adapter.CausalLM`), then the
 built-in n-gram model (``lmc-ngram train`` on data/kjv/train.txt.gz, trained here unless
-``--ngram FILE``) on the same lines, and prints words/s for each and the ratio.
+``--ngram FILE``) on the same lines, and prints words/s for each and the ratio.  For the
+neural model it also prints the host side's time per word: the run's wall time outside
+the forward passes and the reductions of their log-probabilities (what a GPU does not
+speed up: tokenizing, the games, the scores' bookkeeping).
 
 ``--random-weights``: the same architecture and tokenizer as ``--model`` (config and tokenizer
 read from the directory or GGUF file, or from the few-MB directory ``lmc-neural skeleton
@@ -43,6 +46,28 @@ def build_neural(args):
         torch.set_num_threads(args.threads)
     return CausalLM(str(args.model), device=args.device, dtype=args.dtype,
                     random_weights=args.random_weights, **options)
+
+
+def clock_passes(engine) -> list[float]:
+    """Add up the wall time spent in ``engine``'s forward passes and what is done with their
+    log-probabilities before they are kept (``_compute``, ``_step``; on a GPU, device time
+    and copies): the rest of a run is the host side, which a GPU does not speed up."""
+    spent, depth = [0.0], [0]
+
+    def clocked(method):
+        def run(*args, **kwargs):
+            depth[0] += 1
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+                if depth[0] == 0:
+                    spent[0] += time.perf_counter() - start
+        return run
+    engine._compute = clocked(engine._compute)
+    engine._step = clocked(engine._step)
+    return spent
 
 
 def timed(game, model, lines) -> tuple[int, float]:
@@ -83,15 +108,18 @@ def main() -> None:
     neural.predict(lines[-1][:30], None)  # first use: the vocabulary's boundary sets
     print(f"neural: {neural.name} loaded and warmed up in {time.perf_counter() - start:.1f} s "
           f"(device {args.device}, chunk {args.chunk}, batch {args.batch_size})", flush=True)
+    in_passes = clock_passes(neural.engine)
     results = {}
     runs = tuple(run for run in (("we", games.we, we_lines), ("wc", wc_game, wc_lines))
                  if run[2])
     for name, game, data in runs:
+        before = in_passes[0]
         count, elapsed = timed(game, neural, data)
         results[("neural", name)] = count / elapsed
+        host = (elapsed - (in_passes[0] - before)) / count * 1e6
         print(f"neural {name}: {count} words in {elapsed:.1f} s: {count / elapsed:.3g} words/s "
-              f"({len(data)} lines, {neural.engine.forward_passes} forward passes so far)",
-              flush=True)
+              f"({len(data)} lines, {neural.engine.forward_passes} forward passes so far); "
+              f"host side {host:.0f} us/word outside the passes", flush=True)
 
     with tempfile.TemporaryDirectory() as tmp:
         ngram_file = args.ngram

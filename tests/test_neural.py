@@ -172,6 +172,22 @@ def test_completions_do_not_depend_on_the_search_width(tiny, context):
         assert [s for _, s in other] == pytest.approx([s for _, s in answers[0]], abs=1e-5)
 
 
+def test_a_search_sorts_only_the_children_it_may_expand():
+    """The best `most` children (ties with the last of them included) in the order of a full
+    stable sort: what the search pops within its budget is the same."""
+    from lmchallenge.model.neural.words import _Search
+    logps = np.log(np.array([0.05, 0.2, 0.1, 0.2, 0.3, 0.2, 0.15], dtype=np.float32))
+    ids = np.arange(100, 107)
+    popped = []
+    for most in (3, 4, 7):
+        search = _Search(typed=b"", gap=" ", prefix="", n=5, most=most)
+        search.open_children((), 0.0, ids, logps)
+        popped.append(search.pop(most))
+    assert [path for path, _ in popped[2]] == [(104,), (101,), (103,), (105,), (106,), (102,),
+                                               (100,)]
+    assert popped[0] == popped[2][:3] and popped[1] == popped[2][:4]
+
+
 def test_top_zero_asks_for_no_completions(tiny):
     assert adapter(tiny, top=0).predict("In the beginning God ", None) == []
 
@@ -236,6 +252,69 @@ def test_rows_held_when_the_cache_drops_them(tiny):
         alone = ChunkedLM(tiny[1], chunk=8, batch=2).rows_many([request])[0]
         assert sorted(rows) == sorted(alone)
         assert all((rows[p] == alone[p]).all() for p in alone)
+
+
+def test_continuations_equal_sums_over_whole_rows(tiny):
+    """continuations (reduced where the pass runs) against rows (whole rows): every split
+    of a line, words ending on and across chunk boundaries (chunk 4), two sets; then the
+    passes a call costs stay those of the line, and no whole rows are kept."""
+    from lmchallenge.model.neural.engine import ChunkedLM
+    vocab = adapter(tiny).scorer.vocab
+    endings = dict([vocab.ending("God"), vocab.ending(".")])
+    tokens = tuple([vocab.start_id] + tiny[0].encode(LINES[0], add_special_tokens=False))[:19]
+    requests = [(tokens[:end], start, name) for end in range(2, len(tokens) + 1)
+                for start in range(1, end) for name in endings]
+    engine = ChunkedLM(tiny[1], chunk=4, batch=3)
+    answers = engine.continuations(requests, endings)
+    assert engine.forward_passes == -(-len(tokens) // 4)  # one pass a chunk: 3 rows, 5 chunks
+    assert not engine._rows.items
+    full = ChunkedLM(tiny[1], chunk=4, batch=3).rows(tokens, list(range(len(tokens))))
+    for (seq, start, name), answer in zip(requests, answers):
+        want = sum(float(full[p][seq[p + 1]]) for p in range(start - 1, len(seq) - 1))
+        want += float(torch.logsumexp(torch.from_numpy(full[len(seq) - 1]).double()[
+            torch.from_numpy(endings[name])], dim=0))
+        assert answer == pytest.approx(want, abs=2e-6)
+
+
+def test_a_set_not_kept_with_a_chunk_is_computed(tiny):
+    """A chunk kept from a call that asked for one set, asked again for another: computed
+    again, the same numbers as alone."""
+    from lmchallenge.model.neural.engine import ChunkedLM
+    vocab = adapter(tiny).scorer.vocab
+    word, punct = vocab.ending("God"), vocab.ending(".")
+    tokens = tuple([vocab.start_id] + tiny[0].encode(LINES[1], add_special_tokens=False))[:12]
+    engine = ChunkedLM(tiny[1], chunk=8)
+    first = engine.continuations([(tokens, 5, word[0])], dict([word]))
+    passes = engine.forward_passes
+    second = engine.continuations([(tokens, 5, punct[0]), (tokens, 5, word[0])],
+                                  dict([word, punct]))
+    assert engine.forward_passes == passes + 1  # the last chunk again, with "." too
+    assert second[1] == first[0]
+    alone = ChunkedLM(tiny[1], chunk=8).continuations([(tokens, 5, punct[0])], dict([punct]))
+    assert second[0] == alone[0]
+
+
+def test_a_set_whose_mass_underflows_is_summed_exactly():
+    """A set of probability ~e^-200 (a float32 sum of its probabilities is 0): the exact
+    log-sum-exp; the other rows of the pass keep the numbers they have alone."""
+    from lmchallenge.model.neural.engine import ChunkedLM
+    model = torch.nn.Linear(1, 1)  # only its device is read
+    engine = ChunkedLM(model)
+    logits = torch.zeros(2, 3, 600)
+    logits[0, 1, :300] = -200.0  # row 0, position 1: the set's tokens very improbable
+    ids = np.arange(300)
+    probs = torch.log_softmax(logits, dim=-1).exp().view(-1, 600)
+    mass = engine._log_mass(probs, logits, "low", ids).view(2, 3)
+    exact = torch.logsumexp(torch.log_softmax(logits.double(), dim=-1)[..., :300], dim=-1)
+    assert mass[0, 1] == pytest.approx(float(exact[0, 1]), abs=1e-9) and mass[0, 1] < -190
+    assert torch.allclose(mass, exact, atol=1e-6)
+    without = logits.clone()
+    without[0, 1] = 0.0
+    probs = torch.log_softmax(without, dim=-1).exp().view(-1, 600)
+    others = engine._log_mass(probs, without, "low", ids).view(2, 3)
+    keep = torch.ones(2, 3, dtype=torch.bool)
+    keep[0, 1] = False
+    assert torch.equal(mass[keep], others[keep])
 
 
 def test_ce_queries_are_refused(tiny):

@@ -126,7 +126,7 @@ class CausalLM(Model):
         self.engine = ChunkedLM(model, chunk=chunk, batch=batch_size, pad_id=pad,
                                 width=search_width)
         self.scorer = WordScorer(lambda text: tokenizer.encode(text, add_special_tokens=False),
-                                 vocab, self.engine.rows_many, self.engine.path_rows,
+                                 vocab, self.engine.continuations, self.engine.path_rows,
                                  width=search_width)
 
     def _refused(self, error: RefusedQuery, context: str,

@@ -18,6 +18,12 @@ So the log-probabilities at a position are a function of the tokens up to it alo
 already computed are kept (least recently used first out): the queries of one line share
 their context (one pass per chunk of the line for ``we``).
 
+**Reduced where computed** (:meth:`ChunkedLM.continuations`, ``we``): a pass's
+``[batch, chunk, vocabulary]`` log-probabilities are not copied off the device (100 MB a pass
+at batch 16 for SmolLM2); a word's score needs only its tokens' log-probabilities and the
+probability of a set of tokens (those that end the word) after it, and these are computed
+on the device, where the pass ran.
+
 **Paths after a head** (:meth:`ChunkedLM.path_rows`: the completion search, and the
 candidates of a query with several, which part after its context): a head (a
 context's tokens) is computed by chunks as above, its key/value cache kept; for a path of
@@ -34,6 +40,8 @@ from __future__ import annotations
 
 import collections
 import inspect
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +49,27 @@ import numpy as np
 import torch
 
 Tokens = tuple[int, ...]
+
+MASS_BLOCK = 256
+"""Probabilities summed in float32 before the float64 sum, in a set's log-mass."""
+
+
+@dataclass
+class Sums:
+    """What :meth:`ChunkedLM.continuations` keeps of one row of a pass (a content after its
+    past), natural logs.
+
+    Attributes:
+        next: float32 ``[len(content) - 1]``: at position ``i``, the log-probability of
+            ``content[i + 1]``.
+        last: float32 ``[vocabulary]``: the log-probabilities at the content's last position.
+        ends: by set name, float64 ``[len(content)]``: at each position, the log of the
+            probability that the next token is one of the set (``ChunkedLM._log_mass``).
+    """
+
+    next: np.ndarray
+    last: np.ndarray
+    ends: dict[str, np.ndarray]
 
 
 @dataclass
@@ -60,7 +89,40 @@ class _Lru:
         self.items[key] = value
         self.items.move_to_end(key)
         while len(self.items) > self.size:
-            self.items.popitem(last=False)
+            self._dropped(self.items.popitem(last=False)[0])
+
+    def _dropped(self, key: Any) -> None:
+        """Called with each key the map lets go of."""
+
+
+@dataclass
+class _ChunkLru(_Lru):
+    """An :class:`_Lru` from ``(past, content)``, with the contents held after each past
+    (to find a content's extensions without a scan of the whole map)."""
+
+    contents: dict[Tokens, dict[Tokens, None]] = field(default_factory=dict)
+
+    def put(self, key: tuple[Tokens, Tokens], value: Any) -> None:
+        held = self.contents.setdefault(key[0], {})
+        held.pop(key[1], None)
+        held[key[1]] = None  # the latest last
+        super().put(key, value)
+
+    def _dropped(self, key: tuple[Tokens, Tokens]) -> None:
+        held = self.contents[key[0]]
+        del held[key[1]]
+        if not held:
+            del self.contents[key[0]]
+
+    def extension(self, past: Tokens, content: Tokens, accept: Callable[[Any], bool]) -> Any:
+        """The value of a longer content after ``past`` that starts with ``content`` and that
+        ``accept`` takes, the latest put first (``None``: none)."""
+        for other in reversed(self.contents.get(past, {})):
+            if len(other) > len(content) and other[:len(content)] == content:
+                value = self.items[past, other]
+                if accept(value):
+                    return value
+        return None
 
 
 def _capacity(size: int) -> int:
@@ -104,7 +166,9 @@ class ChunkedLM:
         self.batch = batch
         self.pad_id = pad_id
         self.device = next(model.parameters()).device
-        self._rows: _Lru = _Lru(keep_rows)       # (past, content) -> np.ndarray [len, V]
+        self._rows = _ChunkLru(keep_rows)        # (past, content) -> np.ndarray [len, V]
+        self._sums = _ChunkLru(max(keep_rows, 16 * batch))  # (past, content) -> Sums
+        self._endings: _Lru = _Lru(64)           # a set's name -> its 0/1 vector on the device
         # whole chunks, or a head -> per-layer (k, v); a pass's rows each need their past's
         self._states: _Lru = _Lru(max(keep_states, 8 * batch))
         self.width = width
@@ -124,32 +188,39 @@ class ChunkedLM:
     def rows_many(self, requests: list[tuple[Tokens, list[int]]]) -> list[dict[int, np.ndarray]]:
         """:meth:`rows` for many sequences, sharing forward passes where they share chunks."""
         c = self.chunk
-        last_chunk = [max(positions) // c if positions else -1 for _, positions in requests]
-        answers: list[dict[int, np.ndarray]] = [{} for _ in requests]
-        for k in range(max(last_chunk, default=-1) + 1):
-            work: dict[Tokens, list[Tokens]] = {}
-            kept: dict[tuple[Tokens, Tokens], np.ndarray] = {}  # held: the cache may drop them
-            for (tokens, _), last in zip(requests, last_chunk):
-                if last < k:
-                    continue
-                past, content = tokens[:k * c], tokens[k * c:(k + 1) * c]
-                rows = self._find(past, content)
-                if rows is not None:
-                    kept[past, content] = rows
-                if rows is None or (
-                        len(content) == c and last > k and self._states.get(past + content) is None):
-                    work.setdefault(past, []).append(content)
-            computed = self._compute([(past, content) for past, contents in work.items()
-                                      for content in _maximal(contents)])
-            for (tokens, positions), found in zip(requests, answers):
-                past, content = tokens[:k * c], tokens[k * c:(k + 1) * c]
-                wanted = [p for p in positions if p // c == k]
-                if wanted:
-                    rows = _covering(computed, past, content)
-                    if rows is None:
-                        rows = kept[past, content]
-                    for position in wanted:
-                        found[position] = rows[position - k * c]
+        chunks = self._chunks([(tokens, max(positions, default=-1), None)
+                               for tokens, positions in requests])
+        return [{position: found[position // c][position % c] for position in positions}
+                for (_, positions), found in zip(requests, chunks)]
+
+    def continuations(self, requests: list[tuple[Tokens, int, str]],
+                      endings: Mapping[str, np.ndarray]) -> list[float]:
+        """For each ``(tokens, start, ending)`` (``1 <= start <= len(tokens)``), the
+        natural-log probability that the model writes ``tokens[start:]`` after
+        ``tokens[:start]`` and then one of the tokens of the set ``endings[ending]`` (token
+        ids, int64; a name stands for one set throughout)::
+
+            sum(log P(tokens[p + 1] | tokens[:p + 1]) for p in start - 1 .. len - 2)
+              + log sum(P(t | tokens) for t in endings[ending])
+
+        The same passes as :meth:`rows_many` (a token's log-probability is the same float),
+        but only these numbers leave the device: each pass's rows are reduced where they
+        are computed to the next token's log-probability at each position, the log of each
+        set's probability at each position (within 4e-7 of the exact log-sum-exp, the same
+        bits whatever else the pass holds: ``_log_mass``), and one whole row, the last
+        (``batch`` rows of ``vocabulary`` floats a pass instead of ``batch * chunk``)."""
+        c = self.chunk
+        chunks = self._chunks([(tokens, len(tokens) - 1, ending)
+                               for tokens, _, ending in requests], endings)
+        answers = []
+        for (tokens, start, ending), found in zip(requests, chunks):
+            total = 0.0
+            for p in range(start - 1, len(tokens) - 1):
+                sums = found[p // c]
+                at = p % c
+                total += float(sums.next[at] if at < len(sums.next) else sums.last[tokens[p + 1]])
+            end = found[(len(tokens) - 1) // c]
+            answers.append(total + float(end.ends[ending][(len(tokens) - 1) % c]))
         return answers
 
     def path_rows(self, head: Tokens, paths: list[Tokens]) -> list[np.ndarray]:
@@ -261,16 +332,55 @@ class ChunkedLM:
         returned = out.get("cache")  # transformers 5; ``past_key_values`` before
         return out.logits, returned if returned is not None else out.past_key_values
 
-    def _find(self, past: Tokens, content: Tokens) -> np.ndarray | None:
-        """Cached rows for ``content`` after ``past`` (from a computed content that extends
-        it: rows before the end of a content do not depend on what follows)."""
-        entry = self._rows.get((past, content))
-        if entry is not None:
+    def _chunks(self, requests: list[tuple[Tokens, int, str | None]],
+                endings: Mapping[str, np.ndarray] | None = None) -> list[dict[int, Any]]:
+        """For each ``(tokens, last, ending)``, what the passes give for each chunk ``k`` up
+        to the one holding position ``last``, after its past: with ``endings``, :class:`Sums`
+        (holding ``ending`` for the last chunk); without, rows (float32 ``[len, vocabulary]``).
+        Found in the cache, else computed, ``batch`` (past, chunk) pairs a pass."""
+        c = self.chunk
+        last_chunk = [last // c if last >= 0 else -1 for _, last, _ in requests]
+        answers: list[dict[int, Any]] = [{} for _ in requests]
+        for k in range(max(last_chunk, default=-1) + 1):
+            work: dict[Tokens, list[Tokens]] = {}
+            asked: dict[str, None] = {}
+            kept: dict[tuple[Tokens, Tokens], Any] = {}  # held: the cache may drop them
+            for (tokens, _, ending), last in zip(requests, last_chunk):
+                if last < k:
+                    continue
+                past, content = tokens[:k * c], tokens[k * c:(k + 1) * c]
+                needs = (ending,) if endings is not None and last == k else ()
+                asked.update(dict.fromkeys(needs))
+                found = self._find(past, content, needs, endings is not None)
+                if found is not None:
+                    kept[past, content] = found
+                if found is None or (
+                        len(content) == c and last > k and self._states.get(past + content) is None):
+                    work.setdefault(past, []).append(content)
+            pairs = [(past, content) for past, contents in work.items()
+                     for content in _maximal(contents)]
+            computed = self._compute(pairs, endings=None if endings is None else
+                                     {name: endings[name] for name in asked})
+            for (tokens, _, _), last, found in zip(requests, last_chunk, answers):
+                if last >= k:
+                    past, content = tokens[:k * c], tokens[k * c:(k + 1) * c]
+                    record = _covering(computed, past, content)
+                    found[k] = record if record is not None else kept[past, content]
+        return answers
+
+    def _find(self, past: Tokens, content: Tokens, needs: tuple[str, ...] = (),
+              sums: bool = False) -> Any:
+        """Kept rows (or with ``sums``, :class:`Sums` holding the sets ``needs``) for
+        ``content`` after ``past``, from a computed content that extends it: what a position
+        gives does not depend on what follows it."""
+        cache = self._sums if sums else self._rows
+
+        def holds(found: Any) -> bool:
+            return all(name in found.ends for name in needs)
+        entry = cache.get((past, content))
+        if entry is not None and holds(entry):
             return entry
-        for (other_past, other), rows in reversed(self._rows.items.items()):
-            if other_past == past and len(other) > len(content) and other[:len(content)] == content:
-                return rows
-        return None
+        return cache.extension(past, content, holds)
 
     def _past_cache(self, past: Tokens) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
         if not past:
@@ -285,13 +395,14 @@ class ChunkedLM:
         return state
 
     @torch.inference_mode()
-    def _compute(self, pairs: list[tuple[Tokens, Tokens]],
-                 keep_state: bool = False) -> dict[tuple[Tokens, Tokens], np.ndarray]:
+    def _compute(self, pairs: list[tuple[Tokens, Tokens]], keep_state: bool = False,
+                 endings: Mapping[str, np.ndarray] | None = None) -> dict[tuple[Tokens, Tokens], Any]:
         """Forward passes of ``(past, content)`` pairs (each content at most one chunk, every
         past of the same length, a whole number of chunks), ``batch`` pairs a pass whatever
-        their pasts; their rows by pair (also kept in the cache).  The key/value cache of
-        ``past + content`` is kept for whole chunks, and for every content if ``keep_state``."""
-        computed = {}
+        their pasts; by pair, their rows, or with ``endings`` their :class:`Sums` for these
+        sets (also kept in the cache).  The key/value cache of ``past + content`` is kept
+        for whole chunks, and for every content if ``keep_state``."""
+        computed: dict[tuple[Tokens, Tokens], Any] = {}
         c, b = self.chunk, self.batch
         for start in range(0, len(pairs), b):
             group = pairs[start:start + b]
@@ -300,18 +411,63 @@ class ChunkedLM:
             input_ids = torch.tensor(rows, dtype=torch.long, device=self.device)
             logits, cache = self._forward(self._batch_cache([past for past, _ in group]),
                                           input_ids=input_ids)
-            logprobs = torch.log_softmax(logits.float(), dim=-1).cpu().numpy()
+            if endings is None:
+                found = _split_rows(torch.log_softmax(logits.float(), dim=-1).cpu().numpy(), group)
+            else:
+                found = self._sums_of(logits, input_ids, group, endings)
             layers = _cache_tensors(cache)
             for i, (past, content) in enumerate(group):
-                rows = logprobs[i, :len(content)].copy()
-                computed[(past, content)] = rows
-                self._rows.put((past, content), rows)
+                computed[(past, content)] = found[i]
+                (self._rows if endings is None else self._sums).put((past, content), found[i])
                 if len(content) == c or keep_state:
                     end = len(past) + len(content)
                     self._states.put(past + content, [(k[i:i + 1, :, :end].clone(),
                                                        v[i:i + 1, :, :end].clone())
                                                       for k, v in layers])
         return computed
+
+    def _sums_of(self, logits: torch.Tensor, input_ids: torch.Tensor,
+                 group: list[tuple[Tokens, Tokens]],
+                 endings: Mapping[str, np.ndarray]) -> list[Sums]:
+        """A pass's logits (``[batch, chunk, vocabulary]``, on the device) reduced there to
+        :class:`Sums` for the rows of ``group``."""
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        following = logprobs[:, :-1].gather(-1, input_ids[:, 1:, None])[..., 0].cpu().numpy()
+        lengths = torch.tensor([len(content) - 1 for _, content in group], device=self.device)
+        last = logprobs[torch.arange(len(group), device=self.device), lengths].cpu().numpy()
+        probs = logprobs.exp_().view(-1, logprobs.shape[-1])  # in place: one array less
+        sums = {name: self._log_mass(probs, logits, name, ids).view(logits.shape[:2])
+                .cpu().numpy() for name, ids in endings.items()}
+        return [Sums(following[i, :len(content) - 1], last[i],
+                     {name: value[i, :len(content)] for name, value in sums.items()})
+                for i, (_, content) in enumerate(group)]
+
+    def _log_mass(self, probs: torch.Tensor, logits: torch.Tensor, name: str,
+                  ids: np.ndarray) -> torch.Tensor:
+        """The log of the probability of the set ``name`` (token ``ids``) at each position
+        of ``probs`` (``[positions, vocabulary]``): sums of :data:`MASS_BLOCK` probabilities
+        times the set's 0/1 vector (float32 matrix products, of one shape whatever the pass
+        holds), added in float64.  One float32 sum over the whole vocabulary would drop
+        the smallest terms, biased low by about 2e-5 nats for SmolLM2; these blocks stay
+        within 4e-7 of the exact log-sum-exp.  Where the sum is below ``1e-20`` (float32
+        underflow would lose part of it), the exact log-sum-exp of the set's
+        log-probabilities (from ``logits``) instead."""
+        mask = self._endings.get(name)
+        if mask is None:
+            mask = torch.zeros(probs.shape[-1], dtype=probs.dtype, device=self.device)
+            mask[torch.as_tensor(ids, dtype=torch.long, device=self.device)] = 1.0
+            self._endings.put(name, mask)
+        blocks = probs.shape[-1] // MASS_BLOCK
+        cut = blocks * MASS_BLOCK
+        total = torch.einsum("pbk,bk->pb", probs[:, :cut].view(-1, blocks, MASS_BLOCK),
+                             mask[:cut].view(blocks, MASS_BLOCK)).double().sum(-1)
+        total += torch.mv(probs[:, cut:], mask[cut:]).double()
+        small = total < 1e-20
+        if not bool(small.any()):
+            return total.log()
+        logprobs = torch.log_softmax(logits.double(), dim=-1).view(-1, logits.shape[-1])
+        exact = torch.logsumexp(logprobs.masked_fill(mask == 0, -math.inf), dim=-1)
+        return torch.where(small, exact, total.log())
 
     def _batch_cache(self, pasts: list[Tokens]) -> Any:
         """The key/value cache of a pass whose rows follow ``pasts`` (one each, then the
@@ -332,9 +488,16 @@ class ChunkedLM:
                              for layer in range(len(states[0]))])
 
 
-def _covering(computed: dict[tuple[Tokens, Tokens], np.ndarray], past: Tokens,
-              content: Tokens) -> np.ndarray | None:
-    """Rows in ``computed`` for ``content`` after ``past`` (an extension of it will do)."""
+def _split_rows(logprobs: np.ndarray, group: list[tuple[Tokens, Tokens]]) -> list[np.ndarray]:
+    """Each row's log-probabilities at its content's positions (copies: the pass's array is
+    not held)."""
+    return [logprobs[i, :len(content)].copy() for i, (_, content) in enumerate(group)]
+
+
+def _covering(computed: dict[tuple[Tokens, Tokens], Any], past: Tokens,
+              content: Tokens) -> Any:
+    """Rows (or :class:`Sums`) in ``computed`` for ``content`` after ``past`` (an extension
+    of it will do)."""
     rows = computed.get((past, content))
     if rows is not None:
         return rows

@@ -112,6 +112,7 @@ class Vocabulary:
     _by_bytes: dict[bytes, int] | None = field(default=None, repr=False)
     _sorted: tuple[list[bytes], list[int]] | None = field(default=None, repr=False)
     _continuing: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _ending_ids: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_tokenizer(cls, tokenizer: Any, size: int) -> "Vocabulary":
@@ -162,6 +163,16 @@ class Vocabulary:
                 mask[self.eos_id] = True
             self._boundaries[key] = mask
         return mask
+
+    def ending(self, word: str) -> tuple[str, np.ndarray]:
+        """The name of ``word``'s boundary set (its :meth:`word_class`) and the set's token
+        ids (int64, ascending): :meth:`boundary` as ids."""
+        key = self.word_class(word)
+        ids = self._ending_ids.get(key)
+        if ids is None:
+            ids = np.flatnonzero(self.boundary(word)).astype(np.int64)
+            self._ending_ids[key] = ids
+        return key, ids
 
     def continuing(self, word: str) -> np.ndarray:
         """Token ids whose text is whole characters that all continue ``word``'s class."""

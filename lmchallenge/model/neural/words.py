@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 
 import numpy as np
@@ -50,7 +50,7 @@ from lmchallenge.model.neural.vocab import Vocabulary, single_word
 from lmchallenge.tokenize import word_tokenizer
 
 Tokens = tuple[int, ...]
-RowsFn = Callable[[list[tuple[Tokens, list[int]]]], list[dict[int, np.ndarray]]]
+ContinuationsFn = Callable[[list[tuple[Tokens, int, str]], Mapping[str, np.ndarray]], list[float]]
 PathRowsFn = Callable[[Tokens, list[Tokens]], list[np.ndarray]]
 
 
@@ -88,17 +88,18 @@ class WordScorer:
     Args:
         encode: text -> token ids (no special tokens).
         vocab: the vocabulary's bytes and boundary sets.
-        rows: :meth:`lmchallenge.model.neural.engine.ChunkedLM.rows_many`.
+        continuations: :meth:`lmchallenge.model.neural.engine.ChunkedLM.continuations`
+            (a word after its context, then a token of its boundary set, by chunks).
         path_rows: :meth:`lmchallenge.model.neural.engine.ChunkedLM.path_rows` (rows after
             a context and a path of tokens: the completion search, several candidates).
         width: paths the completion search expands together (one ``path_rows`` call).
     """
 
-    def __init__(self, encode: Callable[[str], list[int]], vocab: Vocabulary, rows: RowsFn,
-                 path_rows: PathRowsFn, width: int = 1):
+    def __init__(self, encode: Callable[[str], list[int]], vocab: Vocabulary,
+                 continuations: ContinuationsFn, path_rows: PathRowsFn, width: int = 1):
         self._encode_raw = encode
         self.vocab = vocab
-        self.rows = rows
+        self.continuations = continuations
         self.path_rows = path_rows
         self.width = width
         self.encode = lru_cache(maxsize=65536)(self._encode_checked)
@@ -174,22 +175,27 @@ class WordScorer:
                 if word is not None:
                     plans.append((query, candidate, self.context_tokens(context_pieces), word))
         several = {query for query, (_, candidates) in enumerate(queries) if len(candidates) > 1}
-        chunked = self._chunked_rows([plan for plan in plans if plan[0] not in several])
+        chunked = self._chunked_scores([plan for plan in plans if plan[0] not in several])
         paths = self._path_rows([plan for plan in plans if plan[0] in several])
         by_query: list[list[tuple[str, float]]] = [[] for _ in queries]
         for query, candidate, head, word in plans:
-            rows = (paths if query in several else chunked)[head, word]
-            by_query[query].append((candidate, self._word_score(candidate, word, rows)))
+            score = (self._word_score(candidate, word, paths[head, word]) if query in several
+                     else chunked[head, word])
+            by_query[query].append((candidate, score))
         return by_query
 
-    def _chunked_rows(self, plans: list[tuple[int, str, Tokens, Tokens]]
-                      ) -> dict[tuple[Tokens, Tokens], list[np.ndarray]]:
-        """The rows predicting each token of ``word`` and the one after it, by chunks."""
-        requests = [(head + word, list(range(len(head) - 1, len(head) + len(word))))
-                    for _, _, head, word in plans]
-        answers = self.rows(requests) if requests else []
-        return {(head, word): [rows[position] for position in positions]
-                for (_, _, head, word), (_, positions), rows in zip(plans, requests, answers)}
+    def _chunked_scores(self, plans: list[tuple[int, str, Tokens, Tokens]]
+                        ) -> dict[tuple[Tokens, Tokens], float]:
+        """Each word's score after its head, by chunked passes reduced on the device
+        (``continuations``; the boundary set named by the word's class)."""
+        endings = {}
+        requests = []
+        for _, candidate, head, word in plans:
+            name, ids = self.vocab.ending(candidate)
+            endings[name] = ids
+            requests.append((head + word, len(head), name))
+        scores = self.continuations(requests, endings) if requests else []
+        return {(head, word): score for (_, _, head, word), score in zip(plans, scores)}
 
     def _path_rows(self, plans: list[tuple[int, str, Tokens, Tokens]]
                    ) -> dict[tuple[Tokens, Tokens], list[np.ndarray]]:
@@ -231,7 +237,8 @@ class WordScorer:
             gap = context_pieces[-1][:-len(prefix)]
             context_pieces = context_pieces[:-1]
         head = self.context_tokens(context_pieces)
-        search = _Search(typed=(gap + prefix).encode("utf-8"), gap=gap, prefix=prefix, n=n)
+        search = _Search(typed=(gap + prefix).encode("utf-8"), gap=gap, prefix=prefix, n=n,
+                         most=max_expansions)
         frontier: list[tuple[Tokens, float]] = [((), 0.0)]
         expansions = 0
         while frontier:
@@ -250,23 +257,22 @@ class WordScorer:
         if word is not None and self._spelled(search.gap + word) == path:
             search.found_word(word[len(search.prefix):],
                               logp + logsumexp(row[self.vocab.boundary(word)]))
-        ids = np.asarray(self._children(text, search.typed, search.prefix, search.gap),
-                         dtype=np.int64)
+        ids = self._children(text, search.typed, search.prefix, search.gap)
         if ids.size:
-            search.open_children(path, logp, ids, row[ids].astype(np.float64))
+            search.open_children(path, logp, ids, row[ids])
 
-    def _children(self, text: bytes, typed: bytes, prefix: str, gap: str) -> list[int]:
-        """Token ids that may follow a path with bytes ``text`` (see the module doc)."""
+    def _children(self, text: bytes, typed: bytes, prefix: str, gap: str) -> np.ndarray:
+        """Token ids (int64) that may follow a path with bytes ``text`` (see the module doc)."""
         vocab = self.vocab
         if len(text) < len(typed) or (len(text) == len(typed) and not prefix):
             rest = typed[len(text):]  # b"": a word starts here, any word
             ids = [i for size in range(1, len(rest) + 1)
                    if (i := vocab.token_id(rest[:size])) is not None]
-            return ids + list(self._crossing(rest, prefix, gap))
+            return np.array(ids + list(self._crossing(rest, prefix, gap)), dtype=np.int64)
         word = _decode(text[len(gap.encode("utf-8")):])
-        if word is None:
-            return []  # a path that ends inside a character: not followed (see module doc)
-        return vocab.continuing(word).tolist() if word else []
+        if not word:  # None: a path that ends inside a character, not followed (module doc)
+            return np.zeros(0, dtype=np.int64)
+        return vocab.continuing(word)
 
     @lru_cache(maxsize=4096)  # noqa: B019 - one scorer per model, bounded
     def _crossing(self, rest: bytes, prefix: str, gap: str) -> tuple[int, ...]:
@@ -312,8 +318,9 @@ class _Search:
     Open paths are kept lazily: a heap entry is a parent's children sorted best first and
     the rank of the one it stands for; popping it pushes its next sibling."""
 
-    def __init__(self, typed: bytes, gap: str, prefix: str, n: int):
+    def __init__(self, typed: bytes, gap: str, prefix: str, n: int, most: int):
         self.typed, self.gap, self.prefix, self.n = typed, gap, prefix, n
+        self.most = most  # paths the search may expand: no parent has more children popped
         self.found: dict[str, float] = {}
         self.order: list[str] = []
         self.heap: list[tuple[float, int, Tokens, np.ndarray, np.ndarray, int]] = []
@@ -326,9 +333,15 @@ class _Search:
 
     def open_children(self, path: Tokens, logp: float, ids: np.ndarray,
                       logps: np.ndarray) -> None:
+        """Open ``path``'s children ``ids`` (their log-probabilities after it ``logps``,
+        float32).  Only the :attr:`most` best can ever be popped, so only they are sorted
+        (with every child tied with the last of them: the order of a full stable sort)."""
+        if logps.size > self.most:
+            nth = np.partition(logps, logps.size - self.most)[logps.size - self.most]
+            kept = np.flatnonzero(logps >= nth)
+            ids, logps = ids[kept], logps[kept]
         best = np.argsort(-logps, kind="stable")
-        ids, logps = ids[best], logps[best]
-        self._push(-logp, path, ids, logps, 0)
+        self._push(-logp, path, ids[best], logps[best].astype(np.float64), 0)
 
     def _push(self, parent_neg: float, parent: Tokens, ids: np.ndarray, logps: np.ndarray,
               rank: int) -> None:
