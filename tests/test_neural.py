@@ -254,6 +254,23 @@ def test_rows_held_when_the_cache_drops_them(tiny):
         assert all((rows[p] == alone[p]).all() for p in alone)
 
 
+def test_a_kept_longer_chunk_answers_its_prefixes(tiny):
+    """A chunk's rows kept answer any prefix of it with no pass (the same bits as computed
+    alone); once the longer chunk is dropped from the cache, the prefix is computed."""
+    from lmchallenge.model.neural.engine import ChunkedLM
+    engine = ChunkedLM(tiny[1], chunk=8, keep_rows=2)
+    tokens = tuple(range(5, 12))
+    engine.rows(tokens, [6])
+    alone = ChunkedLM(tiny[1], chunk=8).rows(tokens[:4], [0, 3])
+    for expected_passes in (1, 4):
+        found = engine.rows(tokens[:4], [0, 3])
+        assert engine.forward_passes == expected_passes
+        assert all((found[p] == alone[p]).all() for p in (0, 3))
+        engine.rows((20, 21, 22), [2])
+        engine.rows((30, 31, 32), [2])  # two others: the 7 tokens' rows dropped
+        assert all(kept[:4] != tokens[:4] for kept in engine._rows.extending.values())
+
+
 def test_continuations_equal_sums_over_whole_rows(tiny):
     """continuations (reduced where the pass runs) against rows (whole rows): every split
     of a line, words ending on and across chunk boundaries (chunk 4), two sets; then the

@@ -41,7 +41,7 @@ from __future__ import annotations
 import collections
 import inspect
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,32 +97,29 @@ class _Lru:
 
 @dataclass
 class _ChunkLru(_Lru):
-    """An :class:`_Lru` from ``(past, content)``, with the contents held after each past
-    (to find a content's extensions without a scan of the whole map)."""
+    """An :class:`_Lru` from ``(past, content)`` that also finds a kept content extending
+    a shorter one: each content is listed under every one of its prefixes (a chunk's
+    contents are short), the latest put first."""
 
-    contents: dict[Tokens, dict[Tokens, None]] = field(default_factory=dict)
+    extending: dict[tuple[Tokens, Tokens], Tokens] = field(default_factory=dict)
 
     def put(self, key: tuple[Tokens, Tokens], value: Any) -> None:
-        held = self.contents.setdefault(key[0], {})
-        held.pop(key[1], None)
-        held[key[1]] = None  # the latest last
+        past, content = key
+        for size in range(1, len(content)):
+            self.extending[past, content[:size]] = content
         super().put(key, value)
 
     def _dropped(self, key: tuple[Tokens, Tokens]) -> None:
-        held = self.contents[key[0]]
-        del held[key[1]]
-        if not held:
-            del self.contents[key[0]]
+        past, content = key
+        for size in range(1, len(content)):
+            if self.extending.get((past, content[:size])) == content:
+                del self.extending[past, content[:size]]
 
-    def extension(self, past: Tokens, content: Tokens, accept: Callable[[Any], bool]) -> Any:
-        """The value of a longer content after ``past`` that starts with ``content`` and that
-        ``accept`` takes, the latest put first (``None``: none)."""
-        for other in reversed(self.contents.get(past, {})):
-            if len(other) > len(content) and other[:len(content)] == content:
-                value = self.items[past, other]
-                if accept(value):
-                    return value
-        return None
+    def extension(self, past: Tokens, content: Tokens) -> Any:
+        """The value of the latest kept content after ``past`` that is longer than
+        ``content`` and starts with it (``None``: none)."""
+        other = self.extending.get((past, content))
+        return None if other is None else self.items.get((past, other))
 
 
 def _capacity(size: int) -> int:
@@ -374,13 +371,10 @@ class ChunkedLM:
         ``content`` after ``past``, from a computed content that extends it: what a position
         gives does not depend on what follows it."""
         cache = self._sums if sums else self._rows
-
-        def holds(found: Any) -> bool:
-            return all(name in found.ends for name in needs)
-        entry = cache.get((past, content))
-        if entry is not None and holds(entry):
-            return entry
-        return cache.extension(past, content, holds)
+        for found in (cache.get((past, content)), cache.extension(past, content)):
+            if found is not None and all(name in found.ends for name in needs):
+                return found
+        return None
 
     def _past_cache(self, past: Tokens) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
         if not past:
