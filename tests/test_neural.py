@@ -311,23 +311,24 @@ def test_a_set_not_kept_with_a_chunk_is_computed(tiny):
     assert second[0] == alone[0]
 
 
-def test_a_set_whose_mass_underflows_is_summed_exactly():
+@pytest.mark.parametrize("size", [600, 512])  # 2 blocks of 256 and a rest; 2 blocks exactly
+def test_a_set_whose_mass_underflows_is_summed_exactly(size):
     """A set of probability ~e^-200 (a float32 sum of its probabilities is 0): the exact
     log-sum-exp; the other rows of the pass keep the numbers they have alone."""
     from lmchallenge.model.neural.engine import ChunkedLM
     model = torch.nn.Linear(1, 1)  # only its device is read
     engine = ChunkedLM(model)
-    logits = torch.zeros(2, 3, 600)
+    logits = torch.zeros(2, 3, size)
     logits[0, 1, :300] = -200.0  # row 0, position 1: the set's tokens very improbable
     ids = np.arange(300)
-    probs = torch.log_softmax(logits, dim=-1).exp().view(-1, 600)
+    probs = torch.log_softmax(logits, dim=-1).exp().view(-1, size)
     mass = engine._log_mass(probs, logits, "low", ids).view(2, 3)
     exact = torch.logsumexp(torch.log_softmax(logits.double(), dim=-1)[..., :300], dim=-1)
     assert mass[0, 1] == pytest.approx(float(exact[0, 1]), abs=1e-9) and mass[0, 1] < -190
     assert torch.allclose(mass, exact, atol=1e-6)
     without = logits.clone()
     without[0, 1] = 0.0
-    probs = torch.log_softmax(without, dim=-1).exp().view(-1, 600)
+    probs = torch.log_softmax(without, dim=-1).exp().view(-1, size)
     others = engine._log_mass(probs, without, "low", ids).view(2, 3)
     keep = torch.ones(2, 3, dtype=torch.bool)
     keep[0, 1] = False

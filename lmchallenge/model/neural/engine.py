@@ -455,7 +455,8 @@ class ChunkedLM:
         cut = blocks * MASS_BLOCK
         total = torch.einsum("pbk,bk->pb", probs[:, :cut].view(-1, blocks, MASS_BLOCK),
                              mask[:cut].view(blocks, MASS_BLOCK)).double().sum(-1)
-        total += torch.mv(probs[:, cut:], mask[cut:]).double()
+        if cut < probs.shape[-1]:
+            total += torch.mv(probs[:, cut:], mask[cut:]).double()
         small = total < 1e-20
         if not bool(small.any()):
             return total.log()
