@@ -429,9 +429,11 @@ class ChunkedLM:
         following = logprobs[:, :-1].gather(-1, input_ids[:, 1:, None])[..., 0].cpu().numpy()
         lengths = torch.tensor([len(content) - 1 for _, content in group], device=self.device)
         last = logprobs[torch.arange(len(group), device=self.device), lengths].cpu().numpy()
-        probs = logprobs.exp_().view(-1, logprobs.shape[-1])  # in place: one array less
-        sums = {name: self._log_mass(probs, logits, name, ids).view(logits.shape[:2])
-                .cpu().numpy() for name, ids in endings.items()}
+        sums = {}
+        if endings:
+            probs = logprobs.exp_().view(-1, logprobs.shape[-1])  # in place: one array less
+            sums = {name: self._log_mass(probs, logits, name, ids).view(logits.shape[:2])
+                    .cpu().numpy() for name, ids in endings.items()}
         return [Sums(following[i, :len(content) - 1], last[i],
                      {name: value[i, :len(content)] for name, value in sums.items()})
                 for i, (_, content) in enumerate(group)]

@@ -336,7 +336,7 @@ class _Search:
         """Open ``path``'s children ``ids`` (their log-probabilities after it ``logps``,
         float32).  Only the :attr:`most` best can ever be popped, so only they are sorted
         (with every child tied with the last of them: the order of a full stable sort)."""
-        if logps.size > self.most:
+        if logps.size > self.most >= 1:
             nth = np.partition(logps, logps.size - self.most)[logps.size - self.most]
             kept = np.flatnonzero(logps >= nth)
             ids, logps = ids[kept], logps[kept]
