@@ -216,7 +216,7 @@ class WordScorer:
         """log P(the word's tokens, then a boundary): ``rows`` predict each token of the
         word, then the one after it."""
         total = sum(float(row[token]) for row, token in zip(rows, tokens))
-        return total + logsumexp(rows[-1][self.vocab.boundary(word)])
+        return total + logsumexp(rows[-1].take(self.vocab.ending(word)[1]))
 
     # -- completions
     def complete(self, context: str, n: int, max_expansions: int) -> list[tuple[str, float]]:
@@ -256,10 +256,10 @@ class WordScorer:
         word = _word_of(text, search.typed, search.gap, search.prefix)
         if word is not None and self._spelled(search.gap + word) == path:
             search.found_word(word[len(search.prefix):],
-                              logp + logsumexp(row[self.vocab.boundary(word)]))
+                              logp + logsumexp(row.take(self.vocab.ending(word)[1])))
         ids = self._children(text, search.typed, search.prefix, search.gap)
         if ids.size:
-            search.open_children(path, logp, ids, row[ids])
+            search.open_children(path, logp, ids, row.take(ids))
 
     def _children(self, text: bytes, typed: bytes, prefix: str, gap: str) -> np.ndarray:
         """Token ids (int64) that may follow a path with bytes ``text`` (see the module doc)."""
