@@ -522,3 +522,15 @@ def test_bfloat16_on_a_cpu_without_it_is_warned_about(model_dir, monkeypatch, ca
     expected = [f"{model_dir}: this CPU has no AVX512-BF16 or AMX, so bfloat16 is emulated: "
                 "expect it to be several times slower than float32 (--dtype float32)"]
     assert [r.getMessage() for r in caplog.records] == ([] if supported else expected)
+
+
+def test_kth_largest_is_a_full_partitions_answer():
+    """With many ties, sizes around the sample's, k from 1 to the size."""
+    from lmchallenge.model.neural.words import kth_largest
+    rng = np.random.default_rng(7)
+    for size, k in [(1, 1), (16, 16), (17, 2), (40, 3), (1000, 62), (1000, 63), (1000, 64),
+                    (30000, 64), (30000, 30000), (5000, 1)]:
+        for values in (np.round(rng.standard_normal(size).astype(np.float32) * 3, 1),
+                       rng.integers(0, 3, size).astype(np.float32),  # ties at the cut
+                       np.zeros(size, dtype=np.float32)):
+            assert kth_largest(values, k) == np.sort(values)[size - k]

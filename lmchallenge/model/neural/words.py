@@ -43,6 +43,7 @@ import heapq
 import math
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -289,6 +290,19 @@ class WordScorer:
         return tuple(found)
 
 
+def kth_largest(values: np.ndarray, k: int) -> Any:
+    """The ``k``-th largest of ``values`` (1-D, ``1 <= k <= values.size``), exactly.
+
+    A partition of the values at or above the ``k``-th largest of a 1-in-16 sample (there
+    are at least ``k`` of them, so the answer is among them): about 5x faster than one
+    partition of 30,000 values."""
+    sample = values[::16]
+    if sample.size > k:
+        floor = np.partition(sample, sample.size - k)[sample.size - k]
+        values = values[values >= floor]
+    return np.partition(values, values.size - k)[values.size - k]
+
+
 def _last_word(piece: str) -> str:
     """The word at the end of a piece ``gap + word``."""
     matches = list(word_tokenizer().finditer(piece))
@@ -337,8 +351,7 @@ class _Search:
         float32).  Only the :attr:`most` best can ever be popped, so only they are sorted
         (with every child tied with the last of them: the order of a full stable sort)."""
         if logps.size > self.most >= 1:
-            nth = np.partition(logps, logps.size - self.most)[logps.size - self.most]
-            kept = np.flatnonzero(logps >= nth)
+            kept = np.flatnonzero(logps >= kth_largest(logps, self.most))
             ids, logps = ids[kept], logps[kept]
         best = np.argsort(-logps, kind="stable")
         self._push(-logp, path, ids[best], logps[best].astype(np.float64), 0)
