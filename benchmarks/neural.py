@@ -3,7 +3,7 @@
     scripts/fetch-smollm2.sh            # models/SmolLM2-135M-Instruct.Q4_1.gguf
     python benchmarks/neural.py [--model models/SmolLM2-135M-Instruct.Q4_1.gguf]
         [--lines 200] [--wc-lines 4] [--device cpu|cuda] [--dtype auto] [--batch-size 1]
-        [--chunk 32] [--search-width 16] [--threads N] [--random-weights]
+        [--chunk 32] [--search-width 16] [--threads N] [--random-weights] [--count-ops LINES]
 
 Runs ``we`` on the first ``--lines`` lines of data/kjv/test.sample.txt and ``wc`` (next-word
 predictions only, unless ``--wc-prefixes``: then every prefix of every word is a search too)
@@ -13,7 +13,9 @@ built-in n-gram model (``lmc-ngram train`` on data/kjv/train.txt.gz, trained her
 ``--ngram FILE``) on the same lines, and prints words/s for each and the ratio.  For the
 neural model it also prints the host side's time per word: the run's wall time outside
 the forward passes and the reductions of their log-probabilities (what a GPU does not
-speed up: tokenizing, the games, the scores' bookkeeping).
+speed up: tokenizing, the games, the scores' bookkeeping).  ``--count-ops LINES``: then the
+torch ops a forward pass of ``we`` dispatches outside the model, and the copies among them
+(each a kernel on a GPU), counted on LINES lines with a fresh model.
 
 ``--random-weights``: the same architecture and tokenizer as ``--model`` (config and tokenizer
 read from the directory or GGUF file, or from the few-MB directory ``lmc-neural skeleton
@@ -70,6 +72,47 @@ def clock_passes(engine) -> list[float]:
     return spent
 
 
+def count_ops(model, game, lines) -> tuple[int, int, int]:
+    """Run ``game`` over ``lines`` counting the torch ops ``model`` dispatches outside the
+    forward passes and transformers' cache objects, and the copies among them (clone, cat,
+    copy_): on a GPU each op costs the host some microseconds and each copy is a kernel.
+    Returns ``(forward passes, ops, copies)``."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from transformers import DynamicCache
+
+    class Counter(TorchDispatchMode):
+        ops, copies, on = 0, 0, True
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if self.on:
+                self.ops += 1
+                self.copies += func.__name__.split(".")[0] in ("clone", "cat", "copy_")
+            return func(*args, **(kwargs or {}))
+
+    counter = Counter()
+
+    def uncounted(function):
+        def run(*args, **kwargs):
+            counter.on = False
+            try:
+                return function(*args, **kwargs)
+            finally:
+                counter.on = True
+        return run
+
+    engine = model.engine
+    engine._forward = uncounted(engine._forward)
+    init = DynamicCache.__init__
+    DynamicCache.__init__ = uncounted(init)
+    try:
+        passes = engine.forward_passes
+        with counter:
+            sum(1 for _ in game(model, lines))
+    finally:
+        DynamicCache.__init__ = init
+    return engine.forward_passes - passes, counter.ops, counter.copies
+
+
 def timed(game, model, lines) -> tuple[int, float]:
     start = time.perf_counter()
     count = sum(1 for _ in game(model, lines))
@@ -93,6 +136,9 @@ def main() -> None:
     parser.add_argument("--ngram", default=None, help="a trained lmc-ngram model file")
     parser.add_argument("--wc-prefixes", action="store_true",
                         help="wc with every prefix of every word (default: next word only)")
+    parser.add_argument("--count-ops", type=int, default=0, metavar="LINES",
+                        help="then count the torch ops (and copies) outside the model per "
+                             "forward pass, a fresh model's we on LINES lines")
     args = parser.parse_args()
 
     from lmchallenge import games
@@ -120,6 +166,12 @@ def main() -> None:
         print(f"neural {name}: {count} words in {elapsed:.1f} s: {count / elapsed:.3g} words/s "
               f"({len(data)} lines, {neural.engine.forward_passes} forward passes so far); "
               f"host side {host:.0f} us/word outside the passes", flush=True)
+
+    if args.count_ops:
+        passes, ops, copies = count_ops(build_neural(args), games.we, lines[:args.count_ops])
+        print(f"neural we, {args.count_ops} lines: {passes} forward passes; outside them "
+              f"{ops / passes:.0f} torch ops a pass, {copies / passes:.1f} of them copies",
+              flush=True)
 
     with tempfile.TemporaryDirectory() as tmp:
         ngram_file = args.ngram

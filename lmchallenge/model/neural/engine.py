@@ -140,6 +140,21 @@ def _cache_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(k, v) for k, v in cache]
 
 
+def _stacked(cache: Any, last: int | None = None) -> torch.Tensor:
+    """A transformers cache (per layer ``[rows, heads, len, dim]`` keys and values) as one
+    tensor ``[layers, 2, rows, heads, len, dim]`` (only the ``last`` positions if given),
+    in one copy: one kernel on a GPU where a copy per layer and row took hundreds."""
+    layers = _cache_tensors(cache)
+    tensors = [t if last is None else t[:, :, -last:] for pair in layers for t in pair]
+    return torch.stack(tensors).unflatten(0, (len(layers), 2))
+
+
+def _as_cache(state: torch.Tensor) -> Any:
+    """A ``[layers, 2, rows, heads, len, dim]`` tensor as a transformers cache (views)."""
+    from transformers import DynamicCache
+    return DynamicCache([(layer[0], layer[1]) for layer in state])
+
+
 class ChunkedLM:
     """Log-probabilities of next tokens at chosen positions of token sequences.
 
@@ -166,7 +181,7 @@ class ChunkedLM:
         self._rows = _ChunkLru(keep_rows)        # (past, content) -> np.ndarray [len, V]
         self._sums = _ChunkLru(max(keep_rows, 16 * batch))  # (past, content) -> Sums
         self._endings: _Lru = _Lru(64)           # a set's name -> its 0/1 vector on the device
-        # whole chunks, or a head -> per-layer (k, v); a pass's rows each need their past's
+        # whole chunks, or a head -> its cache, [layers, 2, 1, heads, len, dim]
         self._states: _Lru = _Lru(max(keep_states, 8 * batch))
         self.width = width
         self._heads: _Lru = _Lru(8)              # head -> its cache, [layers, 2, 1, H, len, D]
@@ -259,13 +274,12 @@ class ChunkedLM:
         computed by chunks (the last one padded, its padding's cache dropped)."""
         cache = self._heads.get(head)
         if cache is None:
-            state = self._states.get(head)
-            if state is None:
+            cache = self._states.get(head)
+            if cache is None:
                 c = self.chunk
                 whole = (len(head) - 1) // c * c
                 self._compute([(head[:whole], head[whole:])], keep_state=True)
-                state = self._states.get(head)
-            cache = torch.stack([torch.stack([k, v]) for k, v in state])
+                cache = self._states.get(head)
             self._heads.put(head, cache)
         return cache
 
@@ -289,7 +303,6 @@ class ChunkedLM:
         """One ``[width, 1]`` pass: the last token of each path in ``group`` (at most
         ``width``, each with ``len(path) - 1 <= capacity``) after ``head`` and its earlier
         tokens (their caches from ``caches`` or kept); each path's row and cache."""
-        from transformers import DynamicCache
         parents = [self._path_cache(head, path[:-1], caches) for path in group]
         head_cache = self._head_cache(head)
         size = len(head)
@@ -309,12 +322,11 @@ class ChunkedLM:
                                  device=self.device)
         positions = torch.tensor([[size + len(path) - 1] for path in rows], dtype=torch.long,
                                  device=self.device)
-        logits, cache = self._forward(DynamicCache([(k, v) for k, v in past]),
-                                      input_ids=input_ids, position_ids=positions,
+        logits, cache = self._forward(_as_cache(past), input_ids=input_ids,
+                                      position_ids=positions,
                                       attention_mask=mask)
         logprobs = torch.log_softmax(logits[:, -1].float(), dim=-1).cpu().numpy()
-        new = torch.stack([torch.stack([k[:, :, -1:], v[:, :, -1:]])
-                           for k, v in _cache_tensors(cache)])
+        new = _stacked(cache, last=1)
         computed = {}
         for i, path in enumerate(group):
             cache = torch.cat([parents[i], new[:, :, i:i + 1]], dim=4)
@@ -376,9 +388,9 @@ class ChunkedLM:
                 return found
         return None
 
-    def _past_cache(self, past: Tokens) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
-        if not past:
-            return None
+    def _past_cache(self, past: Tokens) -> torch.Tensor:
+        """The key/value cache of ``past`` (whole chunks, non-empty), kept or recomputed:
+        ``[layers, 2, 1, heads, len(past), dim]``."""
         state = self._states.get(past)
         if state is None:  # evicted: recompute the chain of whole chunks (rare)
             c = self.chunk
@@ -409,15 +421,14 @@ class ChunkedLM:
                 found = _split_rows(torch.log_softmax(logits.float(), dim=-1).cpu().numpy(), group)
             else:
                 found = self._sums_of(logits, input_ids, group, endings)
-            layers = _cache_tensors(cache)
+            whole = None  # the pass's cache, [layers, 2, batch, heads, len, dim]
             for i, (past, content) in enumerate(group):
                 computed[(past, content)] = found[i]
                 (self._rows if endings is None else self._sums).put((past, content), found[i])
                 if len(content) == c or keep_state:
+                    whole = _stacked(cache) if whole is None else whole
                     end = len(past) + len(content)
-                    self._states.put(past + content, [(k[i:i + 1, :, :end].clone(),
-                                                       v[i:i + 1, :, :end].clone())
-                                                      for k, v in layers])
+                    self._states.put(past + content, whole[:, :, i:i + 1, :, :end].clone())
         return computed
 
     def _sums_of(self, logits: torch.Tensor, input_ids: torch.Tensor,
@@ -475,14 +486,9 @@ class ChunkedLM:
             return DynamicCache()
         b = self.batch
         if all(past == pasts[0] for past in pasts):  # the common case: no copy
-            state = self._past_cache(pasts[0])
-            return DynamicCache([(k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1))
-                                 for k, v in state])
+            return _as_cache(self._past_cache(pasts[0]).expand(-1, -1, b, -1, -1, -1))
         states = [self._past_cache(past) for past in pasts]
-        states += [states[0]] * (b - len(states))
-        return DynamicCache([(torch.cat([state[layer][0] for state in states]),
-                              torch.cat([state[layer][1] for state in states]))
-                             for layer in range(len(states[0]))])
+        return _as_cache(torch.cat(states + [states[0]] * (b - len(states)), dim=2))
 
 
 def _split_rows(logprobs: np.ndarray, group: list[tuple[Tokens, Tokens]]) -> list[np.ndarray]:
