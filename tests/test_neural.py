@@ -506,6 +506,22 @@ def test_smollm2_we_and_wc_on_shipped_lines(smollm2):
     assert "created" in [w for w, _ in smollm2.predict("In the beginning God ", None)][:10]
 
 
+@pytest.mark.timeout(1800)
+def test_smollm2_unpacked_gives_the_gguf_answers(smollm2, tmp_path):
+    """``lmc-neural unpack``: the GGUF as a model directory (float32 safetensors, no
+    quantisation entry left in its configuration) that answers as the GGUF does, bit for bit."""
+    from lmchallenge import games
+    out = tmp_path / "smol"
+    made = subprocess.run([str(BIN / "lmc-neural"), "unpack", str(SMOLLM2), str(out)],
+                          capture_output=True, timeout=1200, text=True)
+    assert made.returncode == 0, made.stderr
+    assert "model.safetensors" in made.stderr and (out / "tokenizer.json").exists()
+    assert "quantization_config" not in json.loads((out / "config.json").read_text())
+    unpacked = CausalLM(str(out), threads=1, max_expansions=32)
+    assert list(games.we(unpacked, LINES[:2])) == list(games.we(smollm2, LINES[:2]))
+    assert unpacked.predict("And God said ", None) == smollm2.predict("And God said ", None)
+
+
 def test_start_token_option(tiny):
     tokenizer = tiny[0]
     default = adapter(tiny).predict("", ["In"])
@@ -552,6 +568,25 @@ def test_a_skeleton_serves_random_weights(model_dir, corpus, tmp_path):
     refused = lmc("run", serve_command(skeleton), "we", str(corpus), check=False)
     assert refused.returncode == 2 and b"cannot load the model" in refused.stderr
     assert b"Traceback" not in refused.stderr
+
+
+def test_unpack_writes_a_model_directory_with_the_same_answers(model_dir, corpus, tmp_path):
+    """``lmc-neural unpack`` of a model directory (a GGUF's is tested with SmolLM2): the
+    weights written again, the same log; a directory without weights is a clean error."""
+    out = tmp_path / "unpacked"
+    made = subprocess.run([str(BIN / "lmc-neural"), "unpack", str(model_dir), str(out)],
+                          capture_output=True, timeout=600, text=True)
+    assert made.returncode == 0, made.stderr
+    report = made.stderr.splitlines()[-1]  # after transformers' progress bars
+    assert report.startswith(f"lmc-neural: {out}: ") and "model.safetensors" in report
+    assert (lmc("run", serve_command(out), "we", str(corpus)).stdout
+            == lmc("run", serve_command(model_dir), "we", str(corpus)).stdout)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    refused = subprocess.run([str(BIN / "lmc-neural"), "unpack", str(empty), str(tmp_path / "x")],
+                             capture_output=True, timeout=600, text=True)
+    assert refused.returncode != 0 and "cannot load the model" in refused.stderr
+    assert "Traceback" not in refused.stderr and not (tmp_path / "x").exists()
 
 
 @pytest.mark.parametrize("supported", [False, True])

@@ -4,6 +4,7 @@ Examples::
 
     lmc run "lmc-neural serve models/SmolLM2-135M-Instruct.Q4_1.gguf" we data/kjv/test.sample.txt
     lmc run --window 2048 "lmc-neural serve ./my-model --device cuda --batch-size 16" we data.txt
+    lmc-neural unpack models/SmolLM2-135M-Instruct.Q4_1.gguf models/smollm2  # starts faster
 
 The server reads what requests have arrived, answers the ``predict`` lines among them in
 batched calls (up to the model's ``predict_batch_size`` scoring queries with at most
@@ -145,7 +146,23 @@ def skeleton(model: str, out_dir: str) -> None:
     `serve --random-weights OUT_DIR` runs at the real model's speed (for machines the
     weights cannot travel to)."""
     from lmchallenge.model.neural.loading import save_skeleton
-    names = save_skeleton(model, out_dir)
+    _written(out_dir, save_skeleton(model, out_dir))
+
+
+@cli.command()
+@click.argument("model", type=click.Path(exists=True))
+@click.argument("out_dir", type=click.Path(file_okay=False))
+def unpack(model: str, out_dir: str) -> None:
+    """Write MODEL (a .gguf file) to OUT_DIR as a model directory, its weights dequantised
+    (float32): the same answers, and `serve OUT_DIR` starts in seconds instead of reading
+    and dequantising the GGUF at every start (worth it for lmc-dist's workers)."""
+    from lmchallenge.model.neural.loading import save_unpacked
+    names = save_unpacked(model, out_dir)
+    _written(out_dir, names)
+
+
+def _written(out_dir: str, names: list[str]) -> None:
+    """Report the files written and end (see the comment below)."""
     size = sum(os.path.getsize(os.path.join(out_dir, name)) for name in names)
     sys.stderr.write(f"lmc-neural: {out_dir}: {', '.join(names)} ({size / 1e6:.1f} MB)\n")
     # transformers' GGUF reader imports triton, whose bindings print pages of nanobind "leaked"
