@@ -381,6 +381,51 @@ def test_the_copies_of_a_pass_do_not_grow_with_the_layers(tiny, monkeypatch):
     assert counts[0] == counts[1] > 0
 
 
+def test_words_past_the_models_positions_are_not_scored(tiny):
+    """A word whose context and tokens pass ``max_tokens`` is left out (null in the log),
+    the others keep their scores; completions stop there; ``beyond`` counts them."""
+    from lmchallenge import games
+    long_line = " ".join(LINES[:3])
+    free, capped = adapter(tiny, chunk=8), adapter(tiny, chunk=8)
+    capped.scorer.max_tokens = 40
+    full, cut = list(games.we(free, [long_line])), list(games.we(capped, [long_line]))
+    lengths = [len(free.scorer.context_tokens(free.scorer.split(long_line[:row["character"]])[0])
+                   + free.scorer.encode(" " + row["target"])) for row in full]
+    assert min(lengths) <= 40 < max(lengths)
+    assert [row["logp"] for row in cut] == [row["logp"] if n <= 40 else None
+                                            for row, n in zip(full, lengths)]
+    assert capped.scorer.beyond == sum(n > 40 for n in lengths)
+    assert capped.predict(long_line + " ", None) == []
+    found = 0
+    for row in cut[::3]:  # next-word completions reach 40 tokens at most
+        context = long_line[:row["character"]]
+        context_pieces, gap = capped.scorer.split(context)
+        head = capped.scorer.context_tokens(context_pieces)
+        for word, _ in capped.predict(context, None):
+            assert len(head + capped.scorer.encode(gap + word)) <= 40
+            found += 1
+    assert found
+
+
+def test_a_model_with_absolute_positions_is_not_asked_past_them():
+    """GPT-2's learned positions (here 64) end: a longer line is scored up to them, no
+    IndexError (the padding of a chunk counts: 64 // 8 * 8 tokens)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from lmchallenge import games
+    tokenizer = train_tokenizer(CORPUS, "byte-level")
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=64, n_embd=32,
+                                       n_layer=2, n_head=4, bos_token_id=tokenizer.bos_token_id,
+                                       eos_token_id=tokenizer.eos_token_id)).eval()
+    lm = CausalLM.from_objects(model, tokenizer, chunk=8, top=5, max_expansions=8)
+    assert lm.scorer.max_tokens == 64
+    log = list(games.we(lm, [" ".join(LINES[:4])]))
+    scored = [row["logp"] is not None for row in log]
+    assert scored[0] and not scored[-1] and scored == sorted(scored, reverse=True)
+    assert lm.predict(" ".join(LINES[:4]) + " ", None) == []
+
+
 def test_ce_queries_are_refused(tiny):
     lm = adapter(tiny)
     with pytest.raises(ModelError, match=r"character probabilities \(ce\) are not computed"):

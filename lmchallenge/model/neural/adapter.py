@@ -26,6 +26,11 @@ What each request means (sources in :mod:`lmchallenge.model.neural.words`):
   al. 2024, "From Language Models over Tokens to Language Models over Characters"), which
   is not implemented, and an approximation is never given silently.
 * ``train``/``clear``: nothing (no adaptation: the model's weights and answers stay fixed).
+* a word whose context and tokens are longer than the model's positions
+  (``max_position_embeddings``, rounded down to whole chunks) is not scored, as a word the
+  tokenizer cannot spell is not: past its positions a model either fails or extrapolates,
+  and no number is better than a wrong one; completions stop there too.  A warning says so
+  (once).
 
 Answers are a function of the query alone (:mod:`lmchallenge.model.neural.engine`), for a given
 model, ``chunk``, ``batch_size``, device and dtype.
@@ -33,6 +38,7 @@ model, ``chunk``, ``batch_size``, device and dtype.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -125,9 +131,12 @@ class CausalLM(Model):
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else vocab.start_id
         self.engine = ChunkedLM(model, chunk=chunk, batch=batch_size, pad_id=pad,
                                 width=search_width)
+        positions = getattr(model.config, "max_position_embeddings", None)
         self.scorer = WordScorer(lambda text: tokenizer.encode(text, add_special_tokens=False),
                                  vocab, self.engine.continuations, self.engine.path_rows,
-                                 width=search_width)
+                                 width=search_width,
+                                 max_tokens=None if positions is None else positions // chunk * chunk)
+        self._warned_beyond = False
 
     def _refused(self, error: RefusedQuery, context: str,
                  candidates: Sequence[str] | None) -> ModelError:
@@ -160,6 +169,13 @@ class CausalLM(Model):
                     answers[i] = self.scorer.complete(context, self.top, self.max_expansions)
                 except RefusedQuery as e:
                     raise self._refused(e, context, None) from None
+        if self.scorer.beyond and not self._warned_beyond:
+            self._warned_beyond = True
+            logging.getLogger(__name__).warning(
+                "%s: a context and word longer than the model's %d tokens (its positions, in "
+                "whole chunks of %d): such words are not scored (null in the log, counted "
+                "out of the entropy's hit ratio) and completions stop there", self.name,
+                self.scorer.max_tokens, self.engine.chunk)
         return answers  # type: ignore[return-value]
 
     def train(self, text: str) -> None:

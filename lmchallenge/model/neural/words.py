@@ -94,16 +94,28 @@ class WordScorer:
         path_rows: :meth:`lmchallenge.model.neural.engine.ChunkedLM.path_rows` (rows after
             a context and a path of tokens: the completion search, several candidates).
         width: paths the completion search expands together (one ``path_rows`` call).
+        max_tokens: the longest token sequence (start token, context, word or path) the
+            model is asked about (``None``: no limit).  Words past it are not scored (left
+            out, as words the tokenizer cannot spell are) and completions do not reach past
+            it: see :attr:`beyond`.
     """
 
     def __init__(self, encode: Callable[[str], list[int]], vocab: Vocabulary,
-                 continuations: ContinuationsFn, path_rows: PathRowsFn, width: int = 1):
+                 continuations: ContinuationsFn, path_rows: PathRowsFn, width: int = 1,
+                 max_tokens: int | None = None):
         self._encode_raw = encode
         self.vocab = vocab
         self.continuations = continuations
         self.path_rows = path_rows
         self.width = width
+        self.max_tokens = max_tokens
+        self.beyond = 0
+        """Words (and completion queries) left out so far for reaching past ``max_tokens``."""
         self.encode = lru_cache(maxsize=65536)(self._encode_checked)
+
+    def _fits(self, head: Tokens, more: int) -> bool:
+        """True when ``head`` and ``more`` tokens after it are within ``max_tokens``."""
+        return self.max_tokens is None or len(head) + more <= self.max_tokens
 
     def _encode_checked(self, text: str) -> Tokens:
         ids = tuple(self._encode_raw(text))
@@ -155,7 +167,7 @@ class WordScorer:
             per query, ``[(candidate, log P(candidate | context))]`` in the candidates'
             order, leaving out candidates that are not one LM Challenge word token, that
             would continue the context's last word (probability 0 as a word of their own),
-            or that the tokenizer cannot spell.
+            that the tokenizer cannot spell, or that would reach past ``max_tokens``.
         Raises:
             RefusedQuery: a query with one candidate that continues the context's last
                 word: a character query (``ce``), not computed here.
@@ -173,8 +185,13 @@ class WordScorer:
                 if not single_word(candidate) or self.continues(context_pieces, gap, candidate):
                     continue
                 word = self._spelled(gap + candidate)
-                if word is not None:
-                    plans.append((query, candidate, self.context_tokens(context_pieces), word))
+                if word is None:
+                    continue
+                head = self.context_tokens(context_pieces)
+                if self._fits(head, len(word)):
+                    plans.append((query, candidate, head, word))
+                else:
+                    self.beyond += 1
         several = {query for query, (_, candidates) in enumerate(queries) if len(candidates) > 1}
         chunked = self._chunked_scores([plan for plan in plans if plan[0] not in several])
         paths = self._path_rows([plan for plan in plans if plan[0] in several])
@@ -228,7 +245,8 @@ class WordScorer:
         Each round expands the most probable open paths together (up to ``width``, one
         forward pass; only paths more probable than the ``n``-th word found so far), so the
         search ends, exactly, when no open path is more probable than the ``n``-th word found;
-        ``max_expansions`` bounds the paths expanded (then the best words found so far)."""
+        ``max_expansions`` bounds the paths expanded (then the best words found so far).
+        Paths stop at ``max_tokens`` (no words when the context itself reaches it)."""
         if n <= 0:
             return []
         context_pieces, gap = pieces(context)
@@ -238,6 +256,9 @@ class WordScorer:
             gap = context_pieces[-1][:-len(prefix)]
             context_pieces = context_pieces[:-1]
         head = self.context_tokens(context_pieces)
+        if not self._fits(head, 1):  # not even one token after it
+            self.beyond += 1
+            return []
         search = _Search(typed=(gap + prefix).encode("utf-8"), gap=gap, prefix=prefix, n=n,
                          most=max_expansions)
         frontier: list[tuple[Tokens, float]] = [((), 0.0)]
@@ -246,18 +267,21 @@ class WordScorer:
             paths = [path for path, _ in frontier]
             rows = self.path_rows(head, paths)
             for (path, logp), row in zip(frontier, rows):
-                self._expand(search, path, logp, row)
+                self._expand(search, path, logp, row, grows=self._fits(head, len(path) + 1))
             expansions += len(frontier)
             frontier = search.pop(min(self.width, max_expansions - expansions))
         return search.best()
 
-    def _expand(self, search: "_Search", path: Tokens, logp: float, row: np.ndarray) -> None:
-        """Record the word ``path`` spells (if any) and open its children."""
+    def _expand(self, search: "_Search", path: Tokens, logp: float, row: np.ndarray,
+                grows: bool = True) -> None:
+        """Record the word ``path`` spells (if any) and, if it ``grows``, open its children."""
         text = b"".join(self.vocab.pieces[t] for t in path)
         word = _word_of(text, search.typed, search.gap, search.prefix)
         if word is not None and self._spelled(search.gap + word) == path:
             search.found_word(word[len(search.prefix):],
                               logp + logsumexp(row.take(self.vocab.ending(word)[1])))
+        if not grows:
+            return
         ids = self._children(text, search.typed, search.prefix, search.gap)
         if ids.size:
             search.open_children(path, logp, ids, row.take(ids))
