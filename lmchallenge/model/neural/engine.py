@@ -421,12 +421,13 @@ class ChunkedLM:
                 found = _split_rows(torch.log_softmax(logits.float(), dim=-1).cpu().numpy(), group)
             else:
                 found = self._sums_of(logits, input_ids, group, endings)
-            whole = None  # the pass's cache, [layers, 2, batch, heads, len, dim]
+            kept = [len(content) == c or keep_state for _, content in group]
+            whole = _stacked(cache) if any(kept) else None  # [layers, 2, batch, heads, len, dim]
+            del cache  # the model's copy of it: not two copies beside the rows' states
             for i, (past, content) in enumerate(group):
                 computed[(past, content)] = found[i]
                 (self._rows if endings is None else self._sums).put((past, content), found[i])
-                if len(content) == c or keep_state:
-                    whole = _stacked(cache) if whole is None else whole
+                if kept[i]:
                     end = len(past) + len(content)
                     self._states.put(past + content, whole[:, :, i:i + 1, :, :end].clone())
         return computed
