@@ -632,6 +632,12 @@ def test_unpack_writes_a_model_directory_with_the_same_answers(model_dir, corpus
                              capture_output=True, timeout=600, text=True)
     assert refused.returncode != 0 and "cannot load the model" in refused.stderr
     assert "Traceback" not in refused.stderr and not (tmp_path / "x").exists()
+    (tmp_path / "file").write_text("")
+    unwritable = subprocess.run([str(BIN / "lmc-neural"), "unpack", str(model_dir),
+                                 str(tmp_path / "file" / "out")],
+                                capture_output=True, timeout=600, text=True)
+    assert unwritable.returncode != 0 and "cannot write" in unwritable.stderr
+    assert "Traceback" not in unwritable.stderr
 
 
 @pytest.mark.parametrize("supported", [False, True])

@@ -134,7 +134,7 @@ def save_unpacked(path: str, out_dir: str) -> list[str]:
     Returns:
         the names of the files in ``out_dir`` afterwards.
     Raises:
-        ModelError: ``path`` cannot be loaded.
+        ModelError: ``path`` cannot be loaded, or ``out_dir`` written.
     """
     import copy
 
@@ -146,7 +146,10 @@ def save_unpacked(path: str, out_dir: str) -> list[str]:
         del config.quantization_config
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     plain.load_state_dict(loaded.model.state_dict(), strict=True)
-    os.makedirs(out_dir, exist_ok=True)
-    plain.save_pretrained(out_dir)
-    loaded.tokenizer.save_pretrained(out_dir)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        plain.save_pretrained(out_dir)
+        loaded.tokenizer.save_pretrained(out_dir)
+    except OSError as e:
+        raise ModelError(path, f"cannot write {out_dir}: {e.strerror or e}") from None
     return sorted(os.listdir(out_dir))
