@@ -628,8 +628,8 @@ def test_unpack_writes_a_model_directory_with_the_same_answers(model_dir, corpus
             == lmc("run", serve_command(model_dir), "we", str(corpus)).stdout)
     empty = tmp_path / "empty"
     empty.mkdir()
-    refused = subprocess.run([str(BIN / "lmc-neural"), "unpack", str(empty), str(tmp_path / "x")],
-                             capture_output=True, timeout=600, text=True)
+    refused = subprocess.run([str(BIN / "lmc-neural"), "unpack", str(empty),
+                              str(tmp_path / "x")], capture_output=True, timeout=600, text=True)
     assert refused.returncode != 0 and "cannot load the model" in refused.stderr
     assert "Traceback" not in refused.stderr and not (tmp_path / "x").exists()
     (tmp_path / "file").write_text("")
@@ -638,6 +638,7 @@ def test_unpack_writes_a_model_directory_with_the_same_answers(model_dir, corpus
                                 capture_output=True, timeout=600, text=True)
     assert unwritable.returncode != 0 and "cannot write" in unwritable.stderr
     assert "Traceback" not in unwritable.stderr
+    assert "model stderr" not in unwritable.stderr  # in process: it has no stderr of its own
 
 
 @pytest.mark.parametrize("supported", [False, True])

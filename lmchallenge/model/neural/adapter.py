@@ -126,23 +126,24 @@ class CausalLM(Model):
             start = tokenizer.convert_tokens_to_ids(start_token)
             # an unknown token maps to the unk id, whose text is another (unless it is the unk)
             if start is None or tokenizer.convert_ids_to_tokens(start) != start_token:
-                raise ModelError(name, f"start_token {start_token!r} is not a token of the model")
+                raise ModelError(name, f"start_token {start_token!r} is not a token of the model",
+                                 stderr_tail=None)
             vocab.start_id = start
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else vocab.start_id
         self.engine = ChunkedLM(model, chunk=chunk, batch=batch_size, pad_id=pad,
                                 width=search_width)
         positions = getattr(model.config, "max_position_embeddings", None)
+        fits = None if positions is None else positions // chunk * chunk  # padded chunks too
         self.scorer = WordScorer(lambda text: tokenizer.encode(text, add_special_tokens=False),
                                  vocab, self.engine.continuations, self.engine.path_rows,
-                                 width=search_width,
-                                 max_tokens=None if positions is None else positions // chunk * chunk)
+                                 width=search_width, max_tokens=fits)
         self._warned_beyond = False
 
     def _refused(self, error: RefusedQuery, context: str,
                  candidates: Sequence[str] | None) -> ModelError:
         query = "\t".join(["predict", protocol_text(context),
                            *map(protocol_text, candidates or [])])
-        return ModelError(self.name, f"refused: {error}", query=query)
+        return ModelError(self.name, f"refused: {error}", query=query, stderr_tail=None)
 
     def predict(self, context: str, candidates: Sequence[str] | None) -> Result:
         return self.predict_batch([(context, candidates)])[0]

@@ -72,7 +72,7 @@ def load(path: str, device: str = "cpu", dtype: str = "auto", random_weights: bo
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     if not os.path.exists(path):
-        raise ModelError(path, "no such model directory or .gguf file")
+        raise ModelError(path, "no such model directory or .gguf file", stderr_tail=None)
     torch_dtype = resolve_dtype(dtype, device)
     if device == "cpu" and emulated_on_this_cpu(torch_dtype):
         logging.getLogger(__name__).warning(
@@ -89,9 +89,10 @@ def load(path: str, device: str = "cpu", dtype: str = "auto", random_weights: bo
             model = AutoModelForCausalLM.from_pretrained(where, local_files_only=True,
                                                          dtype=torch_dtype, **extra)
     except (OSError, ValueError, ImportError, KeyError) as e:
-        raise ModelError(path, f"cannot load the model: {type(e).__name__}: {e}") from None
+        raise ModelError(path, f"cannot load the model: {type(e).__name__}: {e}",
+                         stderr_tail=None) from None
     if not getattr(tokenizer, "is_fast", False):
-        raise ModelError(path, "the tokenizer is not a fast (tokenizers) tokenizer")
+        raise ModelError(path, "the tokenizer is not a fast (tokenizers) tokenizer", stderr_tail=None)
     model.to(device)
     model.eval()
     return Loaded(model, tokenizer, device)
@@ -109,13 +110,14 @@ def save_skeleton(path: str, out_dir: str) -> list[str]:
     """
     from transformers import AutoConfig, AutoTokenizer
     if not os.path.exists(path):
-        raise ModelError(path, "no such model directory or .gguf file")
+        raise ModelError(path, "no such model directory or .gguf file", stderr_tail=None)
     where, extra = _location(path)
     try:
         config = AutoConfig.from_pretrained(where, local_files_only=True, **extra)
         tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True, **extra)
     except (OSError, ValueError, ImportError, KeyError) as e:
-        raise ModelError(path, f"cannot read the model: {type(e).__name__}: {e}") from None
+        raise ModelError(path, f"cannot read the model: {type(e).__name__}: {e}",
+                         stderr_tail=None) from None
     os.makedirs(out_dir, exist_ok=True)
     config.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
@@ -151,5 +153,6 @@ def save_unpacked(path: str, out_dir: str) -> list[str]:
         plain.save_pretrained(out_dir)
         loaded.tokenizer.save_pretrained(out_dir)
     except OSError as e:
-        raise ModelError(path, f"cannot write {out_dir}: {e.strerror or e}") from None
+        raise ModelError(path, f"cannot write {out_dir}: {e.strerror or e}",
+                         stderr_tail=None) from None
     return sorted(os.listdir(out_dir))
