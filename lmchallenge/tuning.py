@@ -25,14 +25,54 @@ multi-threaded jsonl decoding of ``lmc stats`` single-threaded (BENCHMARKS.md: 0
 0.60 s for a 260k-row log on 2 cores); torch reads it too."""
 
 
+LIMITED_BY = "LMC_BLAS_LIMITED_BY"
+"""Environment variable ``PID:NAMES``: the process whose :func:`limit_blas_threads` set the
+variables ``NAMES`` (comma-separated).  A process can so tell its own limit from the user's
+and from a parent's (:func:`own_limits`)."""
+
+
 def limit_blas_threads() -> None:
     """One BLAS thread, unless the user chose otherwise (the variables are only set when
-    unset).  ``lmc`` does no heavy linear algebra (the wr mixture fit is a 2-parameter
-    optimisation): a pool of busy-waiting BLAS threads, one per core, only takes CPU from the
-    Parquet decoding thread and the model processes.  Takes effect only if NumPy is not
-    imported yet."""
-    for name in BLAS_THREAD_VARIABLES:
-        os.environ.setdefault(name, "1")
+    unset, and :data:`LIMITED_BY` says which were).  ``lmc`` does no heavy linear algebra
+    (the wr mixture fit is a 2-parameter optimisation): a pool of busy-waiting BLAS threads,
+    one per core, only takes CPU from the Parquet decoding thread and the model processes.
+    Takes effect only if NumPy is not imported yet.  torch reads ``MKL_NUM_THREADS`` too: a
+    model that computes with torch gets its threads back through :func:`model_environment`
+    (its own process) or :func:`own_limits` (in process)."""
+    unset = [name for name in BLAS_THREAD_VARIABLES if name not in os.environ]
+    for name in unset:
+        os.environ[name] = "1"
+    if unset:
+        os.environ[LIMITED_BY] = f"{os.getpid()}:{','.join(unset)}"
+
+
+def own_limits() -> list[str]:
+    """The variables this process's :func:`limit_blas_threads` set (not the user's, and not
+    a parent's: an ``lmc-dist`` worker's model keeps the one thread its parent gave it, one
+    model process per core)."""
+    pid, _, names = os.environ.get(LIMITED_BY, "").partition(":")
+    return names.split(",") if pid == str(os.getpid()) and names else []
+
+
+def model_environment() -> dict[str, str]:
+    """The environment for a model process this process starts: its own, without the
+    limits of :func:`own_limits`, so that ``lmc run``'s one model computes with the threads
+    it would have alone (torch: one per core)."""
+    own = own_limits()
+    env = {name: value for name, value in os.environ.items() if name not in own}
+    if own:
+        env.pop(LIMITED_BY, None)
+    return env
+
+
+def lift_own_limits() -> None:
+    """Remove :func:`own_limits` from this process's environment (before torch is imported:
+    a model server of the project's own, ``lmc-neural serve``)."""
+    own = own_limits()
+    for name in own:
+        os.environ.pop(name, None)
+    if own:
+        os.environ.pop(LIMITED_BY, None)
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3     # glibc's mallopt parameters (malloc.h)

@@ -5,13 +5,14 @@ takes effect, and the LM Challenge 5.x Python API."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import grimp
 import pytest
 
-from conftest import BIN, DATA, PYTHON, REPO
+from conftest import BIN, DATA, PYTHON, REPO, lmc_command, toy_model_command
 
 
 def test_import_linter_contracts_are_kept():
@@ -103,6 +104,43 @@ def test_blas_threads_unlimited_without_lmc(tmp_path):
          "[p['num_threads'] for p in threadpoolctl.threadpool_info() if p['user_api'] == 'blas']))"],
         capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}, check=True)
     assert max(json.loads(result.stdout)) > 1
+
+
+def test_a_model_process_gets_the_users_thread_settings_not_lmcs(tmp_path):
+    """lmc's own one-thread BLAS limit stays in lmc: the model process ``lmc run`` starts
+    has the environment it would have alone (torch reads ``MKL_NUM_THREADS``: a neural model
+    computed on one core), while a variable the user set is passed on."""
+    record = tmp_path / "env.txt"
+    model = f"sh -c 'env > {record}; exec {toy_model_command()}'"
+    base = {"PATH": os.environ["PATH"]}
+
+    def seen(env: dict) -> dict:
+        subprocess.run([*lmc_command(), "run", model, "we"], input="a b c\n", text=True,
+                       env=env, capture_output=True, check=True)
+        return dict(line.split("=", 1) for line in record.read_text().splitlines() if "=" in line)
+
+    alone = seen(base)
+    assert "MKL_NUM_THREADS" not in alone and "OPENBLAS_NUM_THREADS" not in alone
+    assert not [name for name in alone if name.startswith("LMC_")]
+    chosen = seen({**base, "MKL_NUM_THREADS": "3"})
+    assert chosen["MKL_NUM_THREADS"] == "3" and "OPENBLAS_NUM_THREADS" not in chosen
+
+
+def test_only_a_processs_own_limits_are_lifted(monkeypatch):
+    """``own_limits``: what this process's lmc set, not a parent's (an lmc-dist worker's
+    model keeps one thread: one model process per core)."""
+    from lmchallenge import tuning
+    for name in (*tuning.BLAS_THREAD_VARIABLES, tuning.LIMITED_BY):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MKL_NUM_THREADS", "4")
+    tuning.limit_blas_threads()
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "1" and os.environ["MKL_NUM_THREADS"] == "4"
+    assert tuning.own_limits() == ["OPENBLAS_NUM_THREADS"]
+    env = tuning.model_environment()
+    assert "OPENBLAS_NUM_THREADS" not in env and env["MKL_NUM_THREADS"] == "4"
+    assert tuning.LIMITED_BY not in env
+    monkeypatch.setenv(tuning.LIMITED_BY, f"{os.getppid()}:OPENBLAS_NUM_THREADS")  # a parent's
+    assert tuning.own_limits() == [] and tuning.model_environment()["OPENBLAS_NUM_THREADS"] == "1"
 
 
 PUBLIC_5X = ["wc", "we", "ce", "wr", "Model", "WordModel", "FilteringWordModel",

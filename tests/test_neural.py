@@ -641,6 +641,24 @@ def test_unpack_writes_a_model_directory_with_the_same_answers(model_dir, corpus
     assert "model stderr" not in unwritable.stderr  # in process: it has no stderr of its own
 
 
+@pytest.mark.parametrize("user", [None, "1"])
+def test_torch_threads_in_lmcs_process_are_the_users(model_dir, user):
+    """In process under lmc (whose one-thread BLAS limit torch would read), the model
+    computes with one thread per core, unless the user set ``MKL_NUM_THREADS`` themselves."""
+    import os
+    probe = ("from lmchallenge import cli\n"
+             "from lmchallenge.model.neural.adapter import CausalLM\n"
+             "import os, torch\n"
+             f"CausalLM({str(model_dir)!r})\n"
+             "print(torch.get_num_threads(), len(os.sched_getaffinity(0)))\n")
+    env = {"PATH": os.environ["PATH"], **({"MKL_NUM_THREADS": user} if user else {})}
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            env=env, timeout=600)
+    assert result.returncode == 0, result.stderr
+    threads, cores = map(int, result.stdout.split()[-2:])
+    assert threads == (cores if user is None else 1)
+
+
 @pytest.mark.parametrize("supported", [False, True])
 def test_bfloat16_on_a_cpu_without_it_is_warned_about(model_dir, monkeypatch, caplog, supported):
     import platform

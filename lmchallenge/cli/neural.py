@@ -24,6 +24,7 @@ from typing import IO
 
 import click
 
+from lmchallenge import tuning
 from lmchallenge.corpus import whole_line_blocks
 from lmchallenge.cli.options import run_command
 from lmchallenge.model.wire import format_answer, parse_request
@@ -130,6 +131,7 @@ def serve(model: str, device: str, dtype: str, batch_size: int, chunk: int, top:
           max_expansions: int, threads: int | None, start_token: str | None,
           random_weights: bool, search_width: int) -> None:
     """Answer predict/train/clear requests on stdin/stdout (LM Challenge model protocol)."""
+    tuning.lift_own_limits()  # before torch is imported: its threads are its own choice
     from lmchallenge.model.neural.adapter import CausalLM
     lm = CausalLM(model, device=device, dtype=dtype, batch_size=batch_size, chunk=chunk,
                   top=top, max_expansions=max_expansions, threads=threads,

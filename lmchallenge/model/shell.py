@@ -23,6 +23,7 @@ from lmchallenge.errors import ModelError
 from lmchallenge.model.api import Model
 from lmchallenge.model.wire import (Clear, Predict, Request, Result, Train, encode_request,
                                     first_non_finite, parse_answer)
+from lmchallenge.tuning import model_environment
 
 LOG = logging.getLogger(__name__)
 
@@ -160,7 +161,8 @@ class ShellModel(Model):
         LOG.debug("starting model: %s", self.cmd)
         self._proc = subprocess.Popen(exec_form(self.cmd), shell=True, stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      start_new_session=True, bufsize=0)
+                                      start_new_session=True, bufsize=0,
+                                      env=model_environment())
         self._in_fd = self._proc.stdin.fileno()
         self._out_fd = self._proc.stdout.fileno()
         os.set_blocking(self._in_fd, False)

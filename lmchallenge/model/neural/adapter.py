@@ -39,6 +39,7 @@ model, ``chunk``, ``batch_size``, device and dtype.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -49,6 +50,7 @@ from lmchallenge.model.neural.loading import load
 from lmchallenge.model.neural.vocab import Vocabulary
 from lmchallenge.model.neural.words import RefusedQuery, WordScorer
 from lmchallenge.model.wire import Result, protocol_text
+from lmchallenge.tuning import own_limits
 
 CHUNK = 32
 """Default tokens per forward-pass row: KJV lines are about 40 tokens, so 32 pads less of each
@@ -81,8 +83,10 @@ class CausalLM(Model):
         max_expansions: paths the completion search may expand per query.
         search_width: paths the completion search expands together, in one forward pass
             (of ``search_width`` rows of one token each).
-        threads: CPU threads of torch (``None``: torch's default, one per core); one thread
-            is often faster on a busy machine.
+        threads: CPU threads of torch (``None``: torch's default, one per core, also in
+            ``lmc run``'s process, whose one-thread limit for NumPy's BLAS torch would read:
+            :func:`lmchallenge.tuning.own_limits`); one thread is often faster on a busy
+            machine, and is what a model gets in an ``lmc-dist`` worker.
         start_token: the token every text starts with (default: the tokenizer's BOS, else
             EOS); e.g. ``"<|endoftext|>"`` for a chat model whose BOS opens a chat turn.
         random_weights: the architecture and tokenizer of ``model`` with weights drawn at
@@ -97,6 +101,8 @@ class CausalLM(Model):
                  max_expansions: int = 64, threads: int | None = None,
                  start_token: str | None = None, random_weights: bool = False,
                  search_width: int = SEARCH_WIDTH):
+        if threads is None and "MKL_NUM_THREADS" in own_limits():  # lmc's limit, not the user's
+            threads = len(os.sched_getaffinity(0))
         if threads is not None:
             import torch
             torch.set_num_threads(threads)
