@@ -513,6 +513,14 @@ def test_lmc_neural_reports_a_missing_model(tmp_path):
     assert b"does not exist" in result.stderr
 
 
+def test_the_command_line_defaults_are_the_adapters():
+    """lmc-neural's defaults are copies (its module does not import torch): the same values."""
+    from lmchallenge.cli import neural
+    from lmchallenge.model.neural import adapter
+    assert (neural.CHUNK, neural.SEARCH_WIDTH, neural.BATCH_SIZE) == (
+        adapter.CHUNK, adapter.SEARCH_WIDTH, adapter.BATCH_SIZE)
+
+
 def test_core_modules_do_not_import_torch():
     code = ("import sys, lmchallenge.cli, lmchallenge.model.neural, lmc_dist.cli; "
             "assert 'torch' not in sys.modules and 'transformers' not in sys.modules")

@@ -31,6 +31,7 @@ from lmchallenge.model.wire import format_answer, parse_request
 
 CHUNK = 32  # as lmchallenge.model.neural.adapter.CHUNK (not imported here: it imports torch)
 SEARCH_WIDTH = 16  # as lmchallenge.model.neural.adapter.SEARCH_WIDTH (the same reason)
+BATCH_SIZE = 4  # as lmchallenge.model.neural.adapter.BATCH_SIZE (the same reason)
 BATCH_CANDIDATES = 1024
 """Most candidates in the scoring queries of one ``predict_batch`` call (then written and
 flushed): ``wr`` queries with 100 candidates each share no passes, so a few at a time keep
@@ -107,10 +108,13 @@ def cli() -> None:
               help="Weights and activations: auto is float32 on CPU, bfloat16 on CUDA (on a "
                    "CPU with AVX512-BF16 or AMX, bfloat16 is 2-3x faster; without them it is "
                    "emulated, several times slower, and a warning says so).")
-@click.option("--batch-size", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--batch-size", type=click.IntRange(min=1), default=BATCH_SIZE,
+              show_default=True,
               help="Sequences per forward pass (every pass has this many rows; answers "
                    "depend on it only through rounding). The server answers 64 x N scoring "
-                   "queries a call: give the client --window 128 x N.")
+                   "queries a call, from the requests the client has sent: its default "
+                   "--window 256 fills 4 rows; give it --window 128 x N for more (on a GPU: "
+                   "--batch-size 16 --window 2048).")
 @click.option("--chunk", type=click.IntRange(min=1), default=CHUNK, show_default=True,
               help="Tokens per forward-pass row.")
 @click.option("--top", type=click.IntRange(min=0), default=20, show_default=True,

@@ -62,6 +62,11 @@ SEARCH_WIDTH = 16
 of 16 one-token rows costs about twice one row's (BENCHMARKS.md, "neural")."""
 
 
+BATCH_SIZE = 4
+"""Default rows of a forward pass: on the 2-core dev machine 1.6-1.8x one row for ``we``
+under ``lmc run`` with its default ``--window`` (BENCHMARKS.md, "neural"); on a GPU give 16."""
+
+
 QUERIES_PER_ROW = 64
 """Scoring queries a ``predict_batch`` call takes for each row of a forward pass: about
 2.5 KJV lines of ``we`` a row, so the passes of a batch fill with chunks of different lines
@@ -97,7 +102,7 @@ class CausalLM(Model):
     """
 
     def __init__(self, model: str, device: str = "cpu", dtype: str = "auto",
-                 batch_size: int = 1, chunk: int = CHUNK, top: int = 20,
+                 batch_size: int = BATCH_SIZE, chunk: int = CHUNK, top: int = 20,
                  max_expansions: int = 64, threads: int | None = None,
                  start_token: str | None = None, random_weights: bool = False,
                  search_width: int = SEARCH_WIDTH):
@@ -119,7 +124,7 @@ class CausalLM(Model):
         self._setup(model, tokenizer, name=name, **options)
         return self
 
-    def _setup(self, model: Any, tokenizer: Any, name: str, batch_size: int = 1,
+    def _setup(self, model: Any, tokenizer: Any, name: str, batch_size: int = BATCH_SIZE,
                chunk: int = CHUNK, top: int = 20, max_expansions: int = 64,
                start_token: str | None = None, search_width: int = SEARCH_WIDTH) -> None:
         self.name = name
