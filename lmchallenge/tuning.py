@@ -54,25 +54,25 @@ def own_limits() -> list[str]:
     return names.split(",") if pid == str(os.getpid()) and names else []
 
 
+def _own_entries() -> list[str]:
+    """:func:`own_limits` and, when there are any, :data:`LIMITED_BY` itself."""
+    own = own_limits()
+    return [*own, LIMITED_BY] if own else []
+
+
 def model_environment() -> dict[str, str]:
     """The environment for a model process this process starts: its own, without the
     limits of :func:`own_limits`, so that ``lmc run``'s one model computes with the threads
     it would have alone (torch: one per core)."""
-    own = own_limits()
-    env = {name: value for name, value in os.environ.items() if name not in own}
-    if own:
-        env.pop(LIMITED_BY, None)
-    return env
+    dropped = _own_entries()
+    return {name: value for name, value in os.environ.items() if name not in dropped}
 
 
 def lift_own_limits() -> None:
     """Remove :func:`own_limits` from this process's environment (before torch is imported:
     a model server of the project's own, ``lmc-neural serve``)."""
-    own = own_limits()
-    for name in own:
+    for name in _own_entries():
         os.environ.pop(name, None)
-    if own:
-        os.environ.pop(LIMITED_BY, None)
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3     # glibc's mallopt parameters (malloc.h)

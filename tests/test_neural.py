@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 torch.set_num_threads(1)  # tiny models: one thread is fastest, on a busy machine by far
 
-from conftest import BIN, DATA  # noqa: E402
+from conftest import BIN, DATA, REPO  # noqa: E402
 from neural_fixtures import MARKERS, save_tiny, tiny_model, train_tokenizer  # noqa: E402
 
 from lmchallenge.errors import ModelError  # noqa: E402
@@ -335,39 +335,19 @@ def test_a_set_whose_mass_underflows_is_summed_exactly(size):
     assert torch.equal(mass[keep], others[keep])
 
 
-def copies_outside_the_model(lm: CausalLM, queries, monkeypatch) -> int:
+def copies_outside_the_model(lm: CausalLM, queries) -> int:
     """The copying torch ops (clone, cat, copy_) ``lm`` runs for ``queries`` outside the
-    model's forward passes and transformers' cache objects: on a GPU each is a kernel."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from transformers import DynamicCache
-
-    class Copies(TorchDispatchMode):
-        count, on = 0, True
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if self.on and func.__name__.split(".")[0] in ("clone", "cat", "copy_"):
-                self.count += 1
-            return func(*args, **(kwargs or {}))
-
-    copies = Copies()
-
-    def uncounted(function):
-        def run(*args, **kwargs):
-            copies.on = False
-            try:
-                return function(*args, **kwargs)
-            finally:
-                copies.on = True
-        return run
-
-    monkeypatch.setattr(lm.engine, "_forward", uncounted(lm.engine._forward))
-    monkeypatch.setattr(DynamicCache, "__init__", uncounted(DynamicCache.__init__))
-    with copies:
-        lm.predict_batch(queries)
-    return copies.count
+    model's forward passes and transformers' cache objects, as ``benchmarks/neural.py
+    --count-ops`` counts them: on a GPU each is a kernel."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("neural_benchmark",
+                                                  REPO / "benchmarks" / "neural.py")
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    return benchmark.count_ops(lm, lambda model, _: model.predict_batch(queries), [])[2]
 
 
-def test_the_copies_of_a_pass_do_not_grow_with_the_layers(tiny, monkeypatch):
+def test_the_copies_of_a_pass_do_not_grow_with_the_layers(tiny):
     """A pass's key/value caches are kept, per row, in one copy of all layers (on a GPU
     one kernel, where a copy per layer and row took hundreds): the same number of copies
     for a model of 2 and of 6 layers, on the same queries (``we`` and ``wc``)."""
@@ -377,7 +357,7 @@ def test_the_copies_of_a_pass_do_not_grow_with_the_layers(tiny, monkeypatch):
     for layers in (2, 6):
         lm = CausalLM.from_objects(tiny_model(len(tiny[0]), layers=layers), tiny[0], chunk=8,
                                    batch_size=3, top=3, max_expansions=8, search_width=4)
-        counts.append(copies_outside_the_model(lm, queries, monkeypatch))
+        counts.append(copies_outside_the_model(lm, queries))
     assert counts[0] == counts[1] > 0
 
 

@@ -163,8 +163,7 @@ def unpack(model: str, out_dir: str) -> None:
     (float32): the same answers, and `serve OUT_DIR` starts in seconds instead of reading
     and dequantising the GGUF at every start (worth it for lmc-dist's workers)."""
     from lmchallenge.model.neural.loading import save_unpacked
-    names = save_unpacked(model, out_dir)
-    _written(out_dir, names)
+    _written(out_dir, save_unpacked(model, out_dir))
 
 
 def _written(out_dir: str, names: list[str]) -> None:

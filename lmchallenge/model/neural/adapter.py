@@ -148,7 +148,6 @@ class CausalLM(Model):
         self.scorer = WordScorer(lambda text: tokenizer.encode(text, add_special_tokens=False),
                                  vocab, self.engine.continuations, self.engine.path_rows,
                                  width=search_width, max_tokens=fits)
-        self._warned_beyond = False
 
     def _refused(self, error: RefusedQuery, context: str,
                  candidates: Sequence[str] | None) -> ModelError:
@@ -167,6 +166,7 @@ class CausalLM(Model):
             ModelError: a refused query (see the module doc), naming it.
         """
         answers: list[Result | None] = [None] * len(queries)
+        first_beyond = self.scorer.beyond == 0  # nothing left out before: warn once
         scored = [i for i, (_, candidates) in enumerate(queries) if candidates is not None]
         try:
             results = self.scorer.score_batch([(queries[i][0], queries[i][1]) for i in scored])
@@ -181,8 +181,7 @@ class CausalLM(Model):
                     answers[i] = self.scorer.complete(context, self.top, self.max_expansions)
                 except RefusedQuery as e:
                     raise self._refused(e, context, None) from None
-        if self.scorer.beyond and not self._warned_beyond:
-            self._warned_beyond = True
+        if first_beyond and self.scorer.beyond:
             logging.getLogger(__name__).warning(
                 "%s: a context and word longer than the model's %d tokens (its positions, in "
                 "whole chunks of %d): such words are not scored (null in the log, counted "

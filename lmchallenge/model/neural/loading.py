@@ -92,7 +92,8 @@ def load(path: str, device: str = "cpu", dtype: str = "auto", random_weights: bo
         raise ModelError(path, f"cannot load the model: {type(e).__name__}: {e}",
                          stderr_tail=None) from None
     if not getattr(tokenizer, "is_fast", False):
-        raise ModelError(path, "the tokenizer is not a fast (tokenizers) tokenizer", stderr_tail=None)
+        raise ModelError(path, "the tokenizer is not a fast (tokenizers) tokenizer",
+                         stderr_tail=None)
     model.to(device)
     model.eval()
     return Loaded(model, tokenizer, device)

@@ -108,7 +108,6 @@ class Vocabulary:
     pieces: list[bytes | None]
     eos_id: int | None
     start_id: int
-    _boundaries: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     _by_bytes: dict[bytes, int] | None = field(default=None, repr=False)
     _sorted: tuple[list[bytes], list[int]] | None = field(default=None, repr=False)
     _continuing: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
@@ -146,11 +145,12 @@ class Vocabulary:
     def _representative(self, key: str) -> str:
         return {"w": "a", "p": "."}.get(key, key[1:])
 
-    def boundary(self, word: str) -> np.ndarray:
-        """Boolean mask over token ids: the tokens that end ``word`` (see the module doc)."""
+    def ending(self, word: str) -> tuple[str, np.ndarray]:
+        """The name of ``word``'s boundary set (its :meth:`word_class`) and the set's token
+        ids (int64, ascending): the tokens that end ``word`` (see the module doc)."""
         key = self.word_class(word)
-        mask = self._boundaries.get(key)
-        if mask is None:
+        ids = self._ending_ids.get(key)
+        if ids is None:
             rep = self._representative(key)
             mask = np.zeros(len(self.pieces), dtype=bool)
             for token_id, data in enumerate(self.pieces):
@@ -161,16 +161,7 @@ class Vocabulary:
                         mask[token_id] = ends_word(rep, text if text.startswith(char) else char)
             if self.eos_id is not None:
                 mask[self.eos_id] = True
-            self._boundaries[key] = mask
-        return mask
-
-    def ending(self, word: str) -> tuple[str, np.ndarray]:
-        """The name of ``word``'s boundary set (its :meth:`word_class`) and the set's token
-        ids (int64, ascending): :meth:`boundary` as ids."""
-        key = self.word_class(word)
-        ids = self._ending_ids.get(key)
-        if ids is None:
-            ids = np.flatnonzero(self.boundary(word)).astype(np.int64)
+            ids = np.flatnonzero(mask).astype(np.int64)
             self._ending_ids[key] = ids
         return key, ids
 

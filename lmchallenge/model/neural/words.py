@@ -10,7 +10,7 @@ then ends the word::
 
 where ``c'`` is the context without its gap, ``t_1 .. t_m`` the tokenizer's (canonical)
 tokens of ``g + w``, and the last factor sums the probabilities of the tokens that end
-``w`` (:meth:`lmchallenge.model.neural.vocab.Vocabulary.boundary`: a space-led token, punctuation
+``w`` (:meth:`lmchallenge.model.neural.vocab.Vocabulary.ending`: a space-led token, punctuation
 after a word, end of text...).  With tokenizers that mark the *beginning* of a word (GPT-2's
 ``Ġ``, SentencePiece's ``▁``) the end of a word is only known from the next token, and
 leaving out the last factor overestimates every word that is a prefix of another
@@ -181,13 +181,13 @@ class WordScorer:
                     f"the candidate {candidates[0]!r} would continue it: this model scores "
                     "whole words after a whole-word context (we, wr); character probabilities "
                     "(ce) are not computed")
+            head = self.context_tokens(context_pieces)
             for candidate in candidates:
                 if not single_word(candidate) or self.continues(context_pieces, gap, candidate):
                     continue
                 word = self._spelled(gap + candidate)
                 if word is None:
                     continue
-                head = self.context_tokens(context_pieces)
                 if self._fits(head, len(word)):
                     plans.append((query, candidate, head, word))
                 else:
@@ -234,7 +234,11 @@ class WordScorer:
         """log P(the word's tokens, then a boundary): ``rows`` predict each token of the
         word, then the one after it."""
         total = sum(float(row[token]) for row, token in zip(rows, tokens))
-        return total + logsumexp(rows[-1].take(self.vocab.ending(word)[1]))
+        return total + self._ends(word, rows[-1])
+
+    def _ends(self, word: str, row: np.ndarray) -> float:
+        """log P(the next token ends ``word``) from the row after it (its boundary set)."""
+        return logsumexp(row.take(self.vocab.ending(word)[1]))
 
     # -- completions
     def complete(self, context: str, n: int, max_expansions: int) -> list[tuple[str, float]]:
@@ -278,8 +282,7 @@ class WordScorer:
         text = b"".join(self.vocab.pieces[t] for t in path)
         word = _word_of(text, search.typed, search.gap, search.prefix)
         if word is not None and self._spelled(search.gap + word) == path:
-            search.found_word(word[len(search.prefix):],
-                              logp + logsumexp(row.take(self.vocab.ending(word)[1])))
+            search.found_word(word[len(search.prefix):], logp + self._ends(word, row))
         if not grows:
             return
         ids = self._children(text, search.typed, search.prefix, search.gap)
