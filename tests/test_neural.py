@@ -603,9 +603,36 @@ def test_a_skeleton_serves_random_weights(model_dir, corpus, tmp_path):
     assert b"Traceback" not in refused.stderr
 
 
+@pytest.mark.parametrize("device, reason", [
+    ("gpu", "Expected one of cpu, cuda"),
+    ("meta", "Cannot copy out of meta tensor"),
+    pytest.param("cuda", "", marks=pytest.mark.skipif(
+        torch.cuda.is_available(), reason="a GPU is here: cuda is usable")),
+])
+def test_a_device_torch_cannot_use_is_refused_before_loading(model_dir, device, reason):
+    """``--device`` that torch cannot compute on (an unknown name, a GPU this machine does
+    not have, a device without data) is a one-line ModelError naming it and torch's reason,
+    not a traceback out of the model's load or first pass."""
+    with pytest.raises(ModelError, match=f"device '{device}' cannot be used here: {reason}"):
+        CausalLM(str(model_dir), device=device, threads=1)
+
+
+def test_a_bad_model_path_says_what_it_is_not(model_dir, corpus, tmp_path):
+    """A directory that is no model directory (no ``config.json``) is named as such; over the
+    protocol, an unusable device is the model's one-line error (exit 2), no traceback."""
+    with pytest.raises(ModelError, match="not a model directory \\(it has no config.json\\)"):
+        CausalLM(str(tmp_path), threads=1)
+    refused = lmc("run", serve_command(model_dir) + " --device gpu", "we", str(corpus),
+                  check=False)
+    assert refused.returncode == 2, refused.stderr
+    assert b"lmc-neural: error: model " in refused.stderr
+    assert b"device 'gpu' cannot be used here" in refused.stderr
+    assert b"Traceback" not in refused.stderr
+
+
 def test_unpack_writes_a_model_directory_with_the_same_answers(model_dir, corpus, tmp_path):
     """``lmc-neural unpack`` of a model directory (a GGUF's is tested with SmolLM2): the
-    weights written again, the same log; a directory without weights is a clean error."""
+    weights written again, the same log; a directory that is no model is a clean error."""
     out = tmp_path / "unpacked"
     made = subprocess.run([str(BIN / "lmc-neural"), "unpack", str(model_dir), str(out)],
                           capture_output=True, timeout=600, text=True)
@@ -618,7 +645,7 @@ def test_unpack_writes_a_model_directory_with_the_same_answers(model_dir, corpus
     empty.mkdir()
     refused = subprocess.run([str(BIN / "lmc-neural"), "unpack", str(empty),
                               str(tmp_path / "x")], capture_output=True, timeout=600, text=True)
-    assert refused.returncode != 0 and "cannot load the model" in refused.stderr
+    assert refused.returncode != 0 and "not a model directory" in refused.stderr
     assert "Traceback" not in refused.stderr and not (tmp_path / "x").exists()
     (tmp_path / "file").write_text("")
     unwritable = subprocess.run([str(BIN / "lmc-neural"), "unpack", str(model_dir),

@@ -51,6 +51,33 @@ def emulated_on_this_cpu(torch_dtype: Any) -> bool:
     return all(check is not None and not check() for check in found)
 
 
+def check_device(device: str, name: str) -> None:
+    """Refuse a ``--device`` that torch cannot compute on here, before a model is read: an
+    unknown name (``gpu``), a CUDA device on a machine without a GPU or driver, an index past
+    the devices there are (``cuda:1`` with one GPU), one that holds no data (``meta``).  Probed
+by computing one number there and reading it back.
+
+    Raises:
+        ModelError: naming the device and torch's reason (``name``: the model, for the message).
+    """
+    import torch
+    try:
+        (torch.zeros(1, device=torch.device(device)) + 1).cpu()
+    except (RuntimeError, ValueError, AssertionError, TypeError, NotImplementedError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelError(name, f"device {device!r} cannot be used here: {reason}",
+                         stderr_tail=None) from None
+
+
+def _check_path(path: str) -> None:
+    """Refuse a path that is neither a ``.gguf`` file nor a model directory, saying which."""
+    if not os.path.exists(path):
+        raise ModelError(path, "no such model directory or .gguf file", stderr_tail=None)
+    if os.path.isdir(path) and not os.path.exists(os.path.join(path, "config.json")):
+        raise ModelError(path, "not a model directory (it has no config.json) nor a .gguf file",
+                         stderr_tail=None)
+
+
 def _location(path: str) -> tuple[str, dict[str, str]]:
     """``from_pretrained``'s directory and extra arguments for a directory or ``.gguf`` file."""
     if os.path.isdir(path):
@@ -67,12 +94,13 @@ def load(path: str, device: str = "cpu", dtype: str = "auto", random_weights: bo
     that mean nothing.  For measuring on machines the weights cannot travel to.
 
     Raises:
-        ModelError: the path does not exist or transformers cannot load it.
+        ModelError: the path is not a model directory or ``.gguf`` file, transformers cannot
+            load it, or torch cannot compute on ``device`` here (:func:`check_device`).
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-    if not os.path.exists(path):
-        raise ModelError(path, "no such model directory or .gguf file", stderr_tail=None)
+    _check_path(path)
+    check_device(device, path)
     torch_dtype = resolve_dtype(dtype, device)
     if device == "cpu" and emulated_on_this_cpu(torch_dtype):
         logging.getLogger(__name__).warning(
@@ -110,8 +138,7 @@ def save_skeleton(path: str, out_dir: str) -> list[str]:
         ModelError: ``path`` cannot be read.
     """
     from transformers import AutoConfig, AutoTokenizer
-    if not os.path.exists(path):
-        raise ModelError(path, "no such model directory or .gguf file", stderr_tail=None)
+    _check_path(path)
     where, extra = _location(path)
     try:
         config = AutoConfig.from_pretrained(where, local_files_only=True, **extra)
