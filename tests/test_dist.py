@@ -539,3 +539,30 @@ def test_the_window_reaches_the_workers_models(tmp_path):
     assert "no answer within 3 s" in hung.stderr.decode()
     lmc_dist(args + ["--run-dir", str(tmp_path / "two"), "--window", "2"])
     assert concatenated(tmp_path / "two").count(b"\n") == 4
+
+
+def test_the_models_of_workers_compute_on_one_thread(tmp_path):
+    """A model process in a worker, embedded or started by ``dask worker`` (with its nanny,
+    the default), gets the one-thread settings Dask's nanny gives every worker
+    (``distributed.nanny.pre-spawn-environ``), which torch and the BLAS libraries read: one
+    core per worker's model (docs/neural.md, deploy/README.md)."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("a b c\n")
+    with cluster(1, tmp_path, {0: ["--nanny"]}) as nannied:
+        for where, extra in (("embedded", ["--workers", "1"]),
+                             ("scheduler", ["--scheduler", nannied.address])):
+            seen = model_environments(tmp_path / where, corpus, extra)
+            assert seen, where
+            for env in seen:
+                assert (env.get("OMP_NUM_THREADS"), env.get("MKL_NUM_THREADS"),
+                        env.get("OPENBLAS_NUM_THREADS")) == ("1", "1", "1"), where
+
+
+def model_environments(directory: Path, corpus: Path, extra: list[str]) -> list[dict[str, str]]:
+    """The environment of each model process an ``lmc-dist run`` of ``we`` started."""
+    directory.mkdir()
+    model = f"sh -c 'env > {directory}/$$.env; exec {toy_model_command()}'"
+    lmc_dist(["run", model, "we", "--input", str(corpus), "--run-dir", str(directory / "run"),
+              "--no-progress", *extra])
+    return [dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+            for path in directory.glob("*.env")]
