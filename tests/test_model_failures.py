@@ -373,6 +373,18 @@ def test_a_python_model_that_fails_to_start(tmp_path):
                     "[Errno 2] No such file or directory: '/no/such/weights'\n")
 
 
+def test_a_python_models_own_model_error_is_reported_as_it_is(tmp_path):
+    """A ModelError raised by the model's constructor names the model already (its weights,
+    say): it is printed as it is, not wrapped in a second "raised ModelError" line."""
+    (tmp_path / "picky.py").write_text(
+        "from lmchallenge.errors import ModelError\n"
+        "class Picky:\n    def __init__(self, size=0):\n"
+        "        raise ModelError('weights.bin', f'option size must be >= 1, not {size}',"
+        " stderr_tail=None)\n")
+    text = failed(lmc("run", "picky:Picky", "we", stdin=b"a\n", cwd=tmp_path))
+    assert text == "lmc: error: model 'weights.bin': option size must be >= 1, not 0\n"
+
+
 def test_a_python_model_that_cannot_be_found(tmp_path):
     text = failed(lmc("run", "nosuchmodule:Model", "we", stdin=b"a\n", cwd=tmp_path))
     assert text == "lmc: error: model 'nosuchmodule:Model': cannot load: No module named " \

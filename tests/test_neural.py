@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -615,6 +616,25 @@ def test_a_device_torch_cannot_use_is_refused_before_loading(model_dir, device, 
     not a traceback out of the model's load or first pass."""
     with pytest.raises(ModelError, match=f"device '{device}' cannot be used here: {reason}"):
         CausalLM(str(model_dir), device=device, threads=1)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"batch_size": 0}, "option batch_size must be a whole number >= 1, not 0"),
+    ({"chunk": -1}, "option chunk must be a whole number >= 1, not -1"),
+    ({"batch_size": "4"}, "option batch_size must be a whole number >= 1, not '4'"),
+    ({"top": 1.5}, "option top must be a whole number >= 0, not 1.5"),
+    ({"threads": 0}, "option threads must be a whole number >= 1, not 0"),
+    ({"search_width": True}, "option search_width must be a whole number >= 1, not True"),
+    ({"dtype": "fp16"}, "unknown dtype 'fp16'"),
+])
+def test_in_process_options_are_checked_before_loading(model_dir, tiny, options, message):
+    """``-o`` JSON reaches the class unchecked by the command line's types: a bad value is a
+    ModelError naming the option, not an obscure failure at the first query."""
+    with pytest.raises(ModelError, match=re.escape(message)):
+        CausalLM(str(model_dir), **options)
+    if "dtype" not in options:
+        with pytest.raises(ModelError, match=re.escape(message)):
+            CausalLM.from_objects(tiny[1], tiny[0], **options)
 
 
 def test_a_bad_model_path_says_what_it_is_not(model_dir, corpus, tmp_path):

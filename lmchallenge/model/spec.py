@@ -64,7 +64,8 @@ def construct(spec: str, options: dict[str, Any]) -> Any:
 
     Raises:
         ModelError: it cannot be loaded, does not take these options, or raised while
-            being made (naming the exception's type and message).
+            being made (naming the exception's type and message; a ModelError of its own,
+            which names the model already, as it is).
     """
     import inspect  # only for Python models: a slow import
 
@@ -81,6 +82,8 @@ def construct(spec: str, options: dict[str, Any]) -> Any:
                              f"(it takes {signature})", stderr_tail=None) from None
     try:
         return factory(**options)
+    except ModelError:
+        raise
     except Exception as e:
         raise ModelError(spec, f"raised {type(e).__name__} while starting: {e}",
                          stderr_tail=None) from e

@@ -106,6 +106,8 @@ class CausalLM(Model):
                  max_expansions: int = 64, threads: int | None = None,
                  start_token: str | None = None, random_weights: bool = False,
                  search_width: int = SEARCH_WIDTH):
+        check_options(model, batch_size=batch_size, chunk=chunk, top=top,
+                      max_expansions=max_expansions, search_width=search_width, threads=threads)
         if threads is None and "MKL_NUM_THREADS" in own_limits():  # lmc's limit, not the user's
             threads = len(os.sched_getaffinity(0))
         if threads is not None:
@@ -120,6 +122,7 @@ class CausalLM(Model):
     def from_objects(cls, model: Any, tokenizer: Any, name: str = "causal-lm",
                      **options: Any) -> "CausalLM":
         """A :class:`CausalLM` around an already loaded transformers model and fast tokenizer."""
+        check_options(name, **{key: value for key, value in options.items() if key in _LEAST})
         self = cls.__new__(cls)
         self._setup(model, tokenizer, name=name, **options)
         return self
@@ -194,6 +197,28 @@ class CausalLM(Model):
 
     def clear(self) -> None:
         """Nothing: there is nothing learnt to forget."""
+
+
+_LEAST = {"batch_size": 1, "chunk": 1, "search_width": 1, "threads": 1, "top": 0,
+          "max_expansions": 0}
+"""The least value of each numeric option (``threads`` may also be None)."""
+
+
+def check_options(name: str, **options: Any) -> None:
+    """Refuse a numeric option of :class:`CausalLM` that is not a whole number at least its
+    least value (:data:`_LEAST`), before the model is loaded: ``-o`` JSON reaches the class
+    unchecked, and a zero batch or a negative chunk would fail obscurely at the first query.
+
+    Raises:
+        ModelError: naming the model (``name``), the option and the value.
+    """
+    for option, value in options.items():
+        least = _LEAST[option]
+        if value is None and option == "threads":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ModelError(name, f"option {option} must be a whole number >= {least}, not "
+                             f"{value!r}", stderr_tail=None)
 
 
 def _refuses(scorer: WordScorer, context: str, candidates: Sequence[str]) -> bool:

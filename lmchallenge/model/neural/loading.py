@@ -101,7 +101,10 @@ def load(path: str, device: str = "cpu", dtype: str = "auto", random_weights: bo
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     _check_path(path)
     check_device(device, path)
-    torch_dtype = resolve_dtype(dtype, device)
+    try:
+        torch_dtype = resolve_dtype(dtype, device)
+    except ValueError as e:
+        raise ModelError(path, str(e), stderr_tail=None) from None
     if device == "cpu" and emulated_on_this_cpu(torch_dtype):
         logging.getLogger(__name__).warning(
             "%s: this CPU has no AVX512-BF16 or AMX, so %s is emulated: expect it to be "
