@@ -13,8 +13,10 @@ The figures behind each setting are in BENCHMARKS.md.
 
 from __future__ import annotations
 
+import atexit
 import gc
 import os
+import sys
 
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 """Environment variables that size the BLAS thread pools NumPy and SciPy load.
@@ -102,8 +104,26 @@ def freeze_heap() -> None:
     Call it once a process's long-lived objects exist (the command's modules; a Dask worker's
     state after its first partition) and again before exit: frozen objects are not traversed
     by the full collections a run's allocations set off, nor by the collections at exit
-    (about 20 ms of ``lmc stats``)."""
+    (about 20 ms of ``lmc stats``).
+
+    Frozen objects are not freed at exit, so an extension module that checks for leaks as
+    the interpreter ends (:data:`LEAK_CHECKING_MODULES`: nanobind's reports of triton, which
+    torch imports, pages of them after an in-process neural model) would report them: where
+    one is loaded at exit, the heap is unfrozen first (:func:`thaw_for_leak_checks`)."""
     gc.freeze()
+    atexit.unregister(thaw_for_leak_checks)  # registered once, however often this is called
+    atexit.register(thaw_for_leak_checks)
+
+
+LEAK_CHECKING_MODULES = ("triton._C.libtriton",)
+"""Extension modules that report objects still alive when the interpreter ends."""
+
+
+def thaw_for_leak_checks() -> None:
+    """Unfreeze the heap (:func:`gc.unfreeze`) if a module of :data:`LEAK_CHECKING_MODULES`
+    is loaded: its objects are then freed at exit, as without :func:`freeze_heap`."""
+    if any(name in sys.modules for name in LEAK_CHECKING_MODULES):
+        gc.unfreeze()
 
 
 DASK_EMBEDDED_CONFIG = {
