@@ -47,6 +47,7 @@ from lmchallenge.errors import ModelError
 from lmchallenge.model.api import Model
 from lmchallenge.model.neural.engine import ChunkedLM
 from lmchallenge.model.neural.loading import load
+from lmchallenge.model.neural.prefix import encoder
 from lmchallenge.model.neural.vocab import Vocabulary
 from lmchallenge.model.neural.words import RefusedQuery, WordScorer
 from lmchallenge.model.wire import Result, protocol_text
@@ -146,11 +147,17 @@ class CausalLM(Model):
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else vocab.start_id
         self.engine = ChunkedLM(model, chunk=chunk, batch=batch_size, pad_id=pad,
                                 width=search_width)
+        unsupported = self.engine.unsupported()
+        if unsupported is not None:
+            raise ModelError(name, "not supported: every layer must keep keys and values "
+                             f"(attention), and this model's do not ({unsupported})",
+                             stderr_tail=None)
         positions = getattr(model.config, "max_position_embeddings", None)
         fits = None if positions is None else positions // chunk * chunk  # padded chunks too
-        self.scorer = WordScorer(lambda text: tokenizer.encode(text, add_special_tokens=False),
-                                 vocab, self.engine.continuations, self.engine.path_rows,
-                                 width=search_width, max_tokens=fits)
+        pieces = encoder(tokenizer)
+        self.lead = pieces.lead  # " " where the tokenizer has a dummy prefix (prefix.py)
+        self.scorer = WordScorer(pieces.encode, vocab, self.engine.continuations,
+                                 self.engine.path_rows, width=search_width, max_tokens=fits)
 
     def _refused(self, error: RefusedQuery, context: str,
                  candidates: Sequence[str] | None) -> ModelError:
@@ -170,20 +177,21 @@ class CausalLM(Model):
         """
         answers: list[Result | None] = [None] * len(queries)
         first_beyond = self.scorer.beyond == 0  # nothing left out before: warn once
+        led = [(self.lead + context, candidates) for context, candidates in queries]
         scored = [i for i, (_, candidates) in enumerate(queries) if candidates is not None]
         try:
-            results = self.scorer.score_batch([(queries[i][0], queries[i][1]) for i in scored])
+            results = self.scorer.score_batch([led[i] for i in scored])
         except RefusedQuery as e:
-            bad = next((i for i in scored if _refuses(self.scorer, *queries[i])), scored[0])
+            bad = next((i for i in scored if _refuses(self.scorer, *led[i])), scored[0])
             raise self._refused(e, *queries[bad]) from None
         for i, result in zip(scored, results):
             answers[i] = sorted(result, key=lambda pair: -pair[1])
-        for i, (context, candidates) in enumerate(queries):
+        for i, (context, candidates) in enumerate(led):
             if candidates is None:
                 try:
                     answers[i] = self.scorer.complete(context, self.top, self.max_expansions)
                 except RefusedQuery as e:
-                    raise self._refused(e, context, None) from None
+                    raise self._refused(e, *queries[i]) from None
         if first_beyond and self.scorer.beyond:
             logging.getLogger(__name__).warning(
                 "%s: a context and word longer than the model's %d tokens (its positions, in "

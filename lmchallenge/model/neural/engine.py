@@ -29,8 +29,10 @@ candidates of a query with several, which part after its context): a head (a
 context's tokens) is computed by chunks as above, its key/value cache kept; for a path of
 tokens after it only the path's last token goes through the model, in a pass of shape
 ``[width, 1]`` whose past is the head's cache and the path's earlier tokens' (its prefix,
-computed the same way, first where it is not kept), right-padded with masked slots to a capacity
-that depends on the path's length alone (8, 16, 32, ... tokens).  So a path's row is a
+computed the same way, first where it is not kept), padded with masked slots to a capacity
+that depends on the path's length alone (8, 16, 32, ... tokens).  The slots go before the
+head, not between it and the path: sliding-window attention (Mistral, Gemma 2 and 3) counts
+its window in slots, so a gap there would hide tokens the model should see.  So a path's row is a
 function of the head and the path, whichever paths share its pass, and it costs a fraction of
 a chunk's pass (BENCHMARKS.md, "neural": 16 paths in one pass).  Its floats may differ in the
 last bits from the same position's row computed by chunks.
@@ -140,19 +142,38 @@ def _cache_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(k, v) for k, v in cache]
 
 
-def _stacked(cache: Any, last: int | None = None) -> torch.Tensor:
+Shapes = tuple[tuple[int, int], ...]
+"""The ``(heads, dim)`` of each layer's keys and values, in order, where they differ."""
+
+
+def _stacked(cache: Any, last: int | None = None) -> tuple[torch.Tensor, Shapes | None]:
     """A transformers cache (per layer ``[rows, heads, len, dim]`` keys and values) as one
     tensor ``[layers, 2, rows, heads, len, dim]`` (only the ``last`` positions if given),
-    in one copy: one kernel on a GPU where a copy per layer and row took hundreds."""
+    in one copy: one kernel on a GPU where a copy per layer and row took hundreds.
+
+    Keys and values of other shapes than the rest (multi-head latent attention, as in
+    DeepSeek-V2, keeps values narrower than keys; some models vary the heads by layer) are
+    zero-padded to the largest ``heads`` and ``dim``; their shapes are returned then, for
+    :func:`_as_cache` to cut them back (``None``: all of one shape)."""
     layers = _cache_tensors(cache)
     tensors = [t if last is None else t[:, :, -last:] for pair in layers for t in pair]
-    return torch.stack(tensors).unflatten(0, (len(layers), 2))
+    shapes = tuple((t.shape[1], t.shape[3]) for t in tensors)
+    if len(set(shapes)) == 1:
+        return torch.stack(tensors).unflatten(0, (len(layers), 2)), None
+    heads, dim = max(h for h, _ in shapes), max(d for _, d in shapes)
+    tensors = [torch.nn.functional.pad(t, (0, dim - t.shape[3], 0, 0, 0, heads - t.shape[1]))
+               for t in tensors]
+    return torch.stack(tensors).unflatten(0, (len(layers), 2)), shapes
 
 
-def _as_cache(state: torch.Tensor) -> Any:
-    """A ``[layers, 2, rows, heads, len, dim]`` tensor as a transformers cache (views)."""
+def _as_cache(state: torch.Tensor, shapes: Shapes | None = None) -> Any:
+    """A ``[layers, 2, rows, heads, len, dim]`` tensor as a transformers cache (views), cut
+    back to ``shapes`` if :func:`_stacked` padded them."""
     from transformers import DynamicCache
-    return DynamicCache([(layer[0], layer[1]) for layer in state])
+    if shapes is None:
+        return DynamicCache([(layer[0], layer[1]) for layer in state])
+    cut = [state[i // 2, i % 2, :, :heads, :, :dim] for i, (heads, dim) in enumerate(shapes)]
+    return DynamicCache(list(zip(cut[0::2], cut[1::2])))
 
 
 class ChunkedLM:
@@ -187,6 +208,7 @@ class ChunkedLM:
         self._heads: _Lru = _Lru(8)              # head -> its cache, [layers, 2, 1, H, len, D]
         self._paths: _Lru = _Lru(keep_paths)     # head + path -> (row, [layers, 2, 1, H, len, D])
         self.forward_passes = 0
+        self._shapes: Shapes | None = None     # keys' and values' shapes where they differ
         # transformers 5 renamed ``past_key_values`` to ``cache`` (the old name goes in 5.40)
         parameters = inspect.signature(model.forward).parameters
         self._cache_keyword = "cache" if "cache" in parameters else "past_key_values"
@@ -310,29 +332,56 @@ class ChunkedLM:
         parents += [parents[0]] * (self.width - len(group))
         layers, _, _, heads, _, dim = head_cache.shape
         past = head_cache.new_zeros((layers, 2, self.width, heads, size + capacity, dim))
-        past[:, :, :, :, :size] = head_cache
         mask = torch.zeros((self.width, size + capacity + 1), dtype=torch.long, device=self.device)
-        mask[:, :size] = 1
-        mask[:, -1] = 1
-        for i, parent in enumerate(parents):
-            length = parent.shape[4]
-            past[:, :, i:i + 1, :, size:size + length] = parent
-            mask[i, size:size + length] = 1
+        gaps = [capacity - parent.shape[4] for parent in parents]  # left padding
+        for gap in set(gaps):  # the head, one copy into the rows of each gap
+            past[:, :, [i for i, g in enumerate(gaps) if g == gap], :, gap:gap + size] = head_cache
+        for i, (parent, gap) in enumerate(zip(parents, gaps)):
+            past[:, :, i:i + 1, :, gap + size:] = parent
+            mask[i, gap:] = 1
         input_ids = torch.tensor([[path[-1]] for path in rows], dtype=torch.long,
                                  device=self.device)
         positions = torch.tensor([[size + len(path) - 1] for path in rows], dtype=torch.long,
                                  device=self.device)
-        logits, cache = self._forward(_as_cache(past), input_ids=input_ids,
+        logits, cache = self._forward(_as_cache(past, self._shapes), input_ids=input_ids,
                                       position_ids=positions,
                                       attention_mask=mask)
         logprobs = torch.log_softmax(logits[:, -1].float(), dim=-1).cpu().numpy()
-        new = _stacked(cache, last=1)
+        new = self._stack(cache, last=1)
         computed = {}
         for i, path in enumerate(group):
             cache = torch.cat([parents[i], new[:, :, i:i + 1]], dim=4)
             computed[path] = (logprobs[i].copy(), cache)
             self._paths.put(head + path, computed[path])
         return computed
+
+    @torch.inference_mode()
+    def unsupported(self) -> str | None:
+        """Why this engine cannot compute with the model (``None``: it can), from one pass of
+        one token: its cache must hold keys and values (``[rows, heads, len, dim]``) for
+        every layer in a plain transformers ``DynamicCache``, as attention layers keep them.
+        A layer with other state (Mamba-style or convolution layers of hybrid models) is
+        not: such a model fails in that pass or leaves its layers out."""
+        from transformers import DynamicCache
+        input_ids = torch.zeros((1, 1), dtype=torch.long, device=self.device)
+        passes = self.forward_passes  # a check, not a pass to count
+        try:
+            _, cache = self._forward(DynamicCache(), input_ids=input_ids)
+            pairs = _cache_tensors(cache)
+        except Exception as e:  # noqa: BLE001 - any failure here says the same: not supported
+            return f"{type(e).__name__}: {e}"
+        finally:
+            self.forward_passes = passes
+        layers = self.model.config.get_text_config().num_hidden_layers
+        if len(pairs) != layers or any(t.dim() != 4 or t.shape[2] != 1 for p in pairs for t in p):
+            return f"its cache holds keys and values for {len(pairs)} of its {layers} layers"
+        return None
+
+    def _stack(self, cache: Any, last: int | None = None) -> torch.Tensor:
+        """:func:`_stacked`, the shapes it padded kept for :func:`_as_cache` (one model:
+        the same shapes every pass)."""
+        state, self._shapes = _stacked(cache, last)
+        return state
 
     def _forward(self, cache: Any, **inputs: torch.Tensor) -> tuple[torch.Tensor, Any]:
         """One forward pass: its logits and key/value cache."""
@@ -422,7 +471,7 @@ class ChunkedLM:
             else:
                 found = self._sums_of(logits, input_ids, group, endings)
             kept = [len(content) == c or keep_state for _, content in group]
-            whole = _stacked(cache) if any(kept) else None  # [layers, 2, batch, heads, len, dim]
+            whole = self._stack(cache) if any(kept) else None  # [layers, 2, batch, heads, len, dim]
             del cache  # the model's copy of it: not two copies beside the rows' states
             for i, (past, content) in enumerate(group):
                 computed[(past, content)] = found[i]
@@ -487,9 +536,9 @@ class ChunkedLM:
             return DynamicCache()
         b = self.batch
         if all(past == pasts[0] for past in pasts):  # the common case: no copy
-            return _as_cache(self._past_cache(pasts[0]).expand(-1, -1, b, -1, -1, -1))
+            return _as_cache(self._past_cache(pasts[0]).expand(-1, -1, b, -1, -1, -1), self._shapes)
         states = [self._past_cache(past) for past in pasts]
-        return _as_cache(torch.cat(states + [states[0]] * (b - len(states)), dim=2))
+        return _as_cache(torch.cat(states + [states[0]] * (b - len(states)), dim=2), self._shapes)
 
 
 def _split_rows(logprobs: np.ndarray, group: list[tuple[Tokens, Tokens]]) -> list[np.ndarray]:

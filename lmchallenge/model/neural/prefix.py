@@ -1,0 +1,100 @@
+"""The dummy prefix of SentencePiece-style tokenizers, made an explicit space.
+
+SentencePiece (Kudo & Richardson 2018, its ``add_dummy_prefix`` option) and the fast
+tokenizers converted from it for Llama 2, Mistral, TinyLlama or Phi-3 put a ``▁`` (a space)
+before the text they encode: ``"In the"`` is ``▁In ▁the``, as if it were ``" In the"``.  The
+model was trained on texts encoded so.  Word probabilities are computed piece by piece (a
+context's pieces, then a word's, :mod:`lmchallenge.model.neural.words`), and such a tokenizer
+puts the prefix before every piece it is given: ``","`` becomes ``▁ ,``, a space that is in
+no text.
+
+So for such a tokenizer every text is given a leading space (:attr:`Encoder.lead`), and its
+pieces are encoded by a copy of the tokenizer without the prefix: the pieces of ``" " +
+text`` then join into the tokens the tokenizer gives ``text`` whole, which is what the model
+saw.  The prefix is found by its effect (a test encoding, not the tokenizer's name) and the
+copy is checked to give the same tokens before it is used; where either fails, the tokenizer
+is used as it is (and a piece it does not spell back is refused, as before).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+PROBES = ("In the beginning", "light, and", "x", "God's 2 days.")
+"""Texts whose tokens, with and without the prefix, tell whether the copy is faithful."""
+
+
+@dataclass(frozen=True)
+class Encoder:
+    """How to turn text into the model's tokens piece by piece.
+
+    Attributes:
+        encode: text -> token ids (no special tokens), for any piece of a text.
+        lead: put before every text (a context, or the start of one) first: ``" "`` for a
+            tokenizer with a dummy prefix, else ``""``.
+    """
+
+    encode: Callable[[str], list[int]]
+    lead: str = ""
+
+
+def encoder(tokenizer: Any) -> Encoder:
+    """The :class:`Encoder` of a transformers fast tokenizer."""
+    def plain(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    if not _adds_a_space(tokenizer, plain):
+        return Encoder(plain)
+    backend = _without_prefix(tokenizer.backend_tokenizer)
+    if backend is None:
+        return Encoder(plain)
+
+    def bare(text: str) -> list[int]:
+        return backend.encode(text, add_special_tokens=False).ids
+
+    if _adds_a_space(tokenizer, bare) or any(bare(" " + probe) != plain(probe)
+                                             for probe in PROBES):
+        return Encoder(plain)
+    return Encoder(bare, lead=" ")
+
+
+def _adds_a_space(tokenizer: Any, encode: Callable[[str], list[int]]) -> bool:
+    """True when ``encode`` writes a space (``▁``) before a text that has none."""
+    ids = encode("x")
+    return bool(ids) and tokenizer.convert_ids_to_tokens(ids[0]).startswith("\u2581")
+
+
+def _without_prefix(backend: Any) -> Any:
+    """A copy of a ``tokenizers.Tokenizer`` with no dummy prefix: a ``Prepend("▁")``
+    normalizer dropped, a ``Metaspace`` pre-tokenizer's ``prepend_scheme`` set to ``never``
+    (``None``: the prefix is not made in either of these ways)."""
+    from tokenizers import Tokenizer
+    spec = json.loads(backend.to_str())
+    changed = False
+
+    def visit(node: Any, kind: str) -> Any:
+        nonlocal changed
+        if not isinstance(node, dict):
+            return node
+        if node.get("type") == "Sequence":
+            key = "normalizers" if kind == "normalizer" else "pretokenizers"
+            kept = [visit(child, kind) for child in node.get(key, [])
+                    if not (kind == "normalizer" and child.get("type") == "Prepend")]
+            changed |= len(kept) != len(node.get(key, []))
+            return {**node, key: kept}
+        if kind == "normalizer" and node.get("type") == "Prepend":
+            changed = True
+            return None
+        if kind == "pre_tokenizer" and node.get("type") == "Metaspace":
+            if node.get("prepend_scheme", "always") != "never" or node.get("add_prefix_space"):
+                changed = True
+                return {**node, "prepend_scheme": "never",
+                        **({"add_prefix_space": False} if "add_prefix_space" in node else {})}
+        return node
+
+    spec["normalizer"] = visit(spec.get("normalizer"), "normalizer")
+    spec["pre_tokenizer"] = visit(spec.get("pre_tokenizer"), "pre_tokenizer")
+    return Tokenizer.from_str(json.dumps(spec)) if changed else None
