@@ -108,15 +108,18 @@ def tiny_other(architecture: str, vocab_size: int, seed: int = 0):
 
 
 def with_dummy_prefix(tokenizer, how: str):
-    """``tokenizer`` (a ``metaspace`` one from :func:`train_tokenizer`) made to put a ``▁``
-    before every text it encodes, as SentencePiece's dummy prefix does (Llama 2, Mistral):
-    ``how`` is ``"metaspace-first"`` (the pre-tokenizer's ``prepend_scheme: first``) or
-    ``"normalizer"`` (a ``Prepend`` normalizer, the older conversion).  The same vocabulary
+    """``tokenizer`` (from :func:`train_tokenizer`) made to put a space before every text it
+    encodes, as SentencePiece's dummy prefix does (Llama 2, Mistral): ``how`` is
+    ``"metaspace-first"`` (the pre-tokenizer's ``prepend_scheme: first``), ``"normalizer"``
+    (a ``Prepend`` normalizer, the older conversion; both for a ``metaspace`` tokenizer) or
+    ``"byte-level"`` (``add_prefix_space``, for a ``byte-level`` one).  The same vocabulary
     and merges, so a text's tokens are those of ``" " + text`` by the original."""
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
     spec = json.loads(tokenizer.backend_tokenizer.to_str())
-    if how == "metaspace-first":
+    if how == "byte-level":
+        spec["pre_tokenizer"]["add_prefix_space"] = True
+    elif how == "metaspace-first":
         spec["pre_tokenizer"]["prepend_scheme"] = "first"
     else:
         spec["normalizer"] = {"type": "Sequence", "normalizers": [

@@ -154,7 +154,7 @@ class CausalLM(Model):
                              stderr_tail=None)
         positions = getattr(model.config, "max_position_embeddings", None)
         fits = None if positions is None else positions // chunk * chunk  # padded chunks too
-        pieces = encoder(tokenizer)
+        pieces = encoder(tokenizer, vocab.pieces)
         self.lead = pieces.lead  # " " where the tokenizer has a dummy prefix (prefix.py)
         self.scorer = WordScorer(pieces.encode, vocab, self.engine.continuations,
                                  self.engine.path_rows, width=search_width, max_tokens=fits)

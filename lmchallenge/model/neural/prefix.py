@@ -6,7 +6,7 @@ before the text they encode: ``"In the"`` is ``▁In ▁the``, as if it were ``"
 model was trained on texts encoded so.  Word probabilities are computed piece by piece (a
 context's pieces, then a word's, :mod:`lmchallenge.model.neural.words`), and such a tokenizer
 puts the prefix before every piece it is given: ``","`` becomes ``▁ ,``, a space that is in
-no text.
+no text.  (A byte-level tokenizer with ``add_prefix_space`` does the same with ``Ġ``.)
 
 So for such a tokenizer every text is given a leading space (:attr:`Encoder.lead`), and its
 pieces are encoded by a copy of the tokenizer without the prefix: the pieces of ``" " +
@@ -41,12 +41,13 @@ class Encoder:
     lead: str = ""
 
 
-def encoder(tokenizer: Any) -> Encoder:
-    """The :class:`Encoder` of a transformers fast tokenizer."""
+def encoder(tokenizer: Any, pieces: list[bytes | None]) -> Encoder:
+    """The :class:`Encoder` of a transformers fast tokenizer whose token ids spell
+    ``pieces`` (:attr:`lmchallenge.model.neural.vocab.Vocabulary.pieces`)."""
     def plain(text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False)
 
-    if not _adds_a_space(tokenizer, plain):
+    if not _adds_a_space(pieces, plain):
         return Encoder(plain)
     backend = _without_prefix(tokenizer.backend_tokenizer)
     if backend is None:
@@ -55,46 +56,44 @@ def encoder(tokenizer: Any) -> Encoder:
     def bare(text: str) -> list[int]:
         return backend.encode(text, add_special_tokens=False).ids
 
-    if _adds_a_space(tokenizer, bare) or any(bare(" " + probe) != plain(probe)
-                                             for probe in PROBES):
+    if _adds_a_space(pieces, bare) or any(bare(" " + probe) != plain(probe)
+                                          for probe in PROBES):
         return Encoder(plain)
     return Encoder(bare, lead=" ")
 
 
-def _adds_a_space(tokenizer: Any, encode: Callable[[str], list[int]]) -> bool:
-    """True when ``encode`` writes a space (``▁``) before a text that has none."""
+def _adds_a_space(pieces: list[bytes | None], encode: Callable[[str], list[int]]) -> bool:
+    """True when ``encode`` writes a space before a text that has none."""
     ids = encode("x")
-    return bool(ids) and tokenizer.convert_ids_to_tokens(ids[0]).startswith("\u2581")
+    return bool(ids) and (pieces[ids[0]] or b"").startswith(b" ")
 
 
 def _without_prefix(backend: Any) -> Any:
     """A copy of a ``tokenizers.Tokenizer`` with no dummy prefix: a ``Prepend("▁")``
-    normalizer dropped, a ``Metaspace`` pre-tokenizer's ``prepend_scheme`` set to ``never``
-    (``None``: the prefix is not made in either of these ways)."""
+    normalizer dropped, a ``Metaspace`` pre-tokenizer's ``prepend_scheme`` set to ``never``,
+    a ``ByteLevel`` one's ``add_prefix_space`` unset (``None``: the prefix is not made in
+    any of these ways)."""
     from tokenizers import Tokenizer
     spec = json.loads(backend.to_str())
-    changed = False
+    bare = {**spec, "normalizer": _bare(spec.get("normalizer")),
+            "pre_tokenizer": _bare(spec.get("pre_tokenizer"))}
+    return None if bare == spec else Tokenizer.from_str(json.dumps(bare))
 
-    def visit(node: Any, kind: str) -> Any:
-        nonlocal changed
-        if not isinstance(node, dict):
-            return node
-        if node.get("type") == "Sequence":
-            key = "normalizers" if kind == "normalizer" else "pretokenizers"
-            kept = [visit(child, kind) for child in node.get(key, [])
-                    if not (kind == "normalizer" and child.get("type") == "Prepend")]
-            changed |= len(kept) != len(node.get(key, []))
-            return {**node, key: kept}
-        if kind == "normalizer" and node.get("type") == "Prepend":
-            changed = True
-            return None
-        if kind == "pre_tokenizer" and node.get("type") == "Metaspace":
-            if node.get("prepend_scheme", "always") != "never" or node.get("add_prefix_space"):
-                changed = True
-                return {**node, "prepend_scheme": "never",
-                        **({"add_prefix_space": False} if "add_prefix_space" in node else {})}
+
+def _bare(node: Any) -> Any:
+    """A normalizer's or pre-tokenizer's JSON without what puts a prefix before a text."""
+    if not isinstance(node, dict):
         return node
-
-    spec["normalizer"] = visit(spec.get("normalizer"), "normalizer")
-    spec["pre_tokenizer"] = visit(spec.get("pre_tokenizer"), "pre_tokenizer")
-    return Tokenizer.from_str(json.dumps(spec)) if changed else None
+    kind = node.get("type")
+    if kind == "Sequence":
+        key = "normalizers" if "normalizers" in node else "pretokenizers"
+        kept = [_bare(child) for child in node.get(key, [])]
+        return {**node, key: [child for child in kept if child is not None]}
+    if kind == "Prepend":
+        return None
+    if kind == "ByteLevel" and node.get("add_prefix_space"):
+        return {**node, "add_prefix_space": False}
+    if kind == "Metaspace":
+        return {**node, "prepend_scheme": "never",
+                **({"add_prefix_space": False} if "add_prefix_space" in node else {})}
+    return node
