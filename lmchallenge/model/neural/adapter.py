@@ -154,9 +154,9 @@ class CausalLM(Model):
                              stderr_tail=None)
         positions = getattr(model.config, "max_position_embeddings", None)
         fits = None if positions is None else positions // chunk * chunk  # padded chunks too
-        pieces = encoder(tokenizer, vocab.pieces)
-        self.lead = pieces.lead  # " " where the tokenizer has a dummy prefix (prefix.py)
-        self.scorer = WordScorer(pieces.encode, vocab, self.engine.continuations,
+        spelling = encoder(tokenizer, vocab.pieces)
+        self.lead = spelling.lead  # " " where the tokenizer has a dummy prefix (prefix.py)
+        self.scorer = WordScorer(spelling.encode, vocab, self.engine.continuations,
                                  self.engine.path_rows, width=search_width, max_tokens=fits)
 
     def _refused(self, error: RefusedQuery, context: str,

@@ -30,12 +30,12 @@ context's tokens) is computed by chunks as above, its key/value cache kept; for 
 tokens after it only the path's last token goes through the model, in a pass of shape
 ``[width, 1]`` whose past is the head's cache and the path's earlier tokens' (its prefix,
 computed the same way, first where it is not kept), padded with masked slots to a capacity
-that depends on the path's length alone (8, 16, 32, ... tokens).  The slots go before the
-head, not between it and the path: sliding-window attention (Mistral, Gemma 2 and 3) counts
-its window in slots, so a gap there would hide tokens the model should see.  So a path's row is a
+that depends on the path's length alone (8, 16, 32, ... tokens).  So a path's row is a
 function of the head and the path, whichever paths share its pass, and it costs a fraction of
 a chunk's pass (BENCHMARKS.md, "neural": 16 paths in one pass).  Its floats may differ in the
-last bits from the same position's row computed by chunks.
+last bits from the same position's row computed by chunks.  The slots go before the head,
+not between it and the path: sliding-window attention (Mistral, Gemma 2 and 3) counts its
+window in slots, and a gap there would hide tokens the model should see.
 """
 
 from __future__ import annotations

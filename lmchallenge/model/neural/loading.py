@@ -54,8 +54,8 @@ def emulated_on_this_cpu(torch_dtype: Any) -> bool:
 def check_device(device: str, name: str) -> None:
     """Refuse a ``--device`` that torch cannot compute on here, before a model is read: an
     unknown name (``gpu``), a CUDA device on a machine without a GPU or driver, an index past
-    the devices there are (``cuda:1`` with one GPU), one that holds no data (``meta``).  Probed
-by computing one number there and reading it back.
+    the devices there are (``cuda:1`` with one GPU), one that holds no data (``meta``).
+    Probed by computing one number there and reading it back.
 
     Raises:
         ModelError: naming the device and torch's reason (``name``: the model, for the message).
