@@ -108,7 +108,25 @@ def cli() -> None:
     """LM Challenge games on a Dask cluster, with the corpus partitioned by user."""
 
 
-@cli.group("run")
+class RunGroup(click.Group):
+    """``lmc-dist run``: a game's option given before the game (before PREDICTOR, where
+    ``lmc run`` also takes it) is refused saying where it goes."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as e:
+            if not any(e.option_name in param.opts + param.secondary_opts
+                       for command in self.commands.values() for param in command.params):
+                raise
+            e.message = (f"no option {e.option_name} before the game: lmc-dist run takes "
+                         "its options after it (lmc-dist run PREDICTOR GAME --input CORPUS "
+                         f"--run-dir DIR {e.option_name} ...)")
+            e.possibilities = None
+            raise
+
+
+@cli.group("run", cls=RunGroup)
 @click.argument("predictor")
 @click.pass_context
 def run_group(ctx, predictor):

@@ -267,6 +267,20 @@ def test_lmc_dist_format_is_the_corpus_format(tmp_path):
     assert part.name == "part-00000.jsonl.gz" and datum["user"] is None   # read as plain text
 
 
+def test_lmc_dist_options_before_the_game_say_where_they_go(tmp_path):
+    """``lmc run`` takes its options before PREDICTOR too; ``lmc-dist run`` only after the
+    game: an option of the games given before says so (a misspelt one is click's error)."""
+    result = run(LMC_DIST, "run", "-o", '{"a": 1}', toy_model_command(), "we", "--input", "c.txt",
+                 "--run-dir", str(tmp_path / "run"))
+    assert result.returncode == 2 and not (tmp_path / "run").exists()
+    assert result.stderr.decode().endswith(
+        "Error: no option -o before the game: lmc-dist run takes its options after it "
+        "(lmc-dist run PREDICTOR GAME --input CORPUS --run-dir DIR -o ...)\n")
+    misspelt = run(LMC_DIST, "run", "--input-file", "c.txt", toy_model_command(), "we")
+    assert misspelt.returncode == 2
+    assert misspelt.stderr.decode().endswith("Error: No such option '--input-file'.\n")
+
+
 def test_units_are_named():
     help_text = run(LMC, "stats", "--help").stdout.decode()
     assert "cross-entropy in nats" in help_text
