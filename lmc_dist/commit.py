@@ -71,30 +71,74 @@ def _holder(fd: int) -> str:
 def locked(run_dir: str) -> Iterator[None]:
     """Hold the run dir's lock (created with the directory if need be) while the body runs.
 
+    A run that ends having written nothing there (a bad corpus, an unreachable scheduler)
+    takes its lock file away again, and the directory if it made it: no empty run dir is
+    left behind by a mistyped command.  (A run that wrote anything leaves its files: see
+    :func:`begin`.)
+
     Raises:
         RunDirBusy: another ``lmc-dist run`` holds it (the message names its pid).
         LmcError: the directory cannot be created or written, or it has no manifest and
             holds files that lmc-dist did not write (named).
     """
+    made = not os.path.isdir(run_dir)
+    fd = _acquire(run_dir)
     try:
-        os.makedirs(run_dir, exist_ok=True)
-        fd = os.open(os.path.join(run_dir, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-        raise LmcError(f"{run_dir}: cannot write the run dir: {e.strerror or e}") from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise
-            raise RunDirBusy(f"{run_dir} is in use by another lmc-dist run{_holder(fd)}: wait "
-                             "for it to end, or use another --run-dir") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         _refuse_foreign(run_dir)
         yield
     finally:
-        os.close(fd)      # releases the lock; the file stays (deleting it would race)
+        _remove_if_unused(run_dir, made)  # while holding the lock: see _acquire
+        os.close(fd)      # releases the lock
+
+
+def _acquire(run_dir: str) -> int:
+    """An open descriptor of the run dir's lock file, locked (``flock``).  A lock taken on
+    a file that its holder has meanwhile removed (:func:`_remove_if_unused`) is no lock:
+    it is let go and the lock file at the path taken instead."""
+    path = os.path.join(run_dir, LOCK)
+    for _ in range(8):
+        try:
+            os.makedirs(run_dir, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:   # the directory removed between the two: try again
+            continue
+        except OSError as e:
+            raise LmcError(f"{run_dir}: cannot write the run dir: {e.strerror or e}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            busy = e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+            message = (f"{run_dir} is in use by another lmc-dist run{_holder(fd)}: wait for it "
+                       "to end, or use another --run-dir")
+            os.close(fd)
+            if not busy:
+                raise
+            raise RunDirBusy(message) from None
+        if _is_at(fd, path):
+            return fd
+        os.close(fd)
+    raise LmcError(f"{run_dir}: cannot lock the run dir: its lock file keeps being replaced")
+
+
+def _is_at(fd: int, path: str) -> bool:
+    """True when ``fd`` is the file now at ``path``."""
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path))
+    except FileNotFoundError:
+        return False
+
+
+def _remove_if_unused(run_dir: str, made: bool) -> None:
+    """Remove the lock file of a run dir that holds nothing else, and the directory if this
+    run ``made`` it (called holding the lock: a run waiting on the removed file sees it gone,
+    :func:`_acquire`)."""
+    with contextlib.suppress(OSError):
+        if os.listdir(run_dir) == [LOCK]:
+            os.unlink(os.path.join(run_dir, LOCK))
+            if made:
+                os.rmdir(run_dir)
 
 
 def _refuse_foreign(run_dir: str) -> None:

@@ -346,3 +346,49 @@ def test_a_run_killed_after_its_commit_point_is_tidied_by_resume(tmp_path):
     manifest = json.loads((run_dir / "_manifest.json").read_text())
     assert manifest["finished"] == finished
     assert len(pd.read_parquet(run_dir)) == sum(p["rows"] for p in manifest["partitions"]) > 0
+
+
+def test_a_run_that_writes_nothing_leaves_no_run_dir(tmp_path):
+    """A mistyped corpus (or an unreachable scheduler) stops the run before it writes
+    anything: the run dir it made is gone again, an existing one is left as it was."""
+    made = tmp_path / "new"
+    failed = lmc_dist("run", toy_model_command(), "we", "--input", str(tmp_path / "nope.txt"),
+                      "--run-dir", str(made), "--no-progress")
+    assert failed.returncode == 2 and "nope.txt: no such file" in failed.stderr
+    assert not made.exists()
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    again = lmc_dist("run", toy_model_command(), "we", "--input", str(tmp_path / "nope.txt"),
+                     "--run-dir", str(existing), "--no-progress")
+    assert again.returncode == 2 and list(existing.iterdir()) == []
+
+
+def test_a_lock_on_a_removed_lock_file_is_taken_again(tmp_path, monkeypatch):
+    """A run that opened the lock file just before its holder removed it (and the holder's
+    directory) gets the lock on that file once the holder ends: it must not count, or two
+    runs would write at once. ``_acquire`` sees the file is no longer at the path and locks
+    the one there."""
+    import fcntl
+
+    from lmc_dist import commit
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    lock = run_dir / ".lmc-dist.lock"
+    lock.write_text("")
+    stale = os.open(lock, os.O_RDWR)
+    lock.unlink()                       # the holder removed it, then let go of its lock
+    real_open, opened = os.open, []
+
+    def first_the_stale_one(path, flags, mode=0o777):
+        opened.append(path)
+        return stale if len(opened) == 1 else real_open(path, flags, mode)
+
+    monkeypatch.setattr(commit.os, "open", first_the_stale_one)
+    fd = commit._acquire(str(run_dir))
+    monkeypatch.setattr(commit.os, "open", real_open)
+    assert len(opened) == 2 and os.path.samestat(os.fstat(fd), os.stat(lock))  # the new file
+    other = os.open(lock, os.O_RDWR)
+    with pytest.raises(BlockingIOError):
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)   # the lock at the path is held
+    for descriptor in (other, fd):
+        os.close(descriptor)
