@@ -209,6 +209,7 @@ class ChunkedLM:
         self._paths: _Lru = _Lru(keep_paths)     # head + path -> (row, [layers, 2, 1, H, len, D])
         self.forward_passes = 0
         self._shapes: Shapes | None = None     # keys' and values' shapes where they differ
+        self._product: torch.Tensor | None = None  # _log_mass's [positions, blocks, block]
         # transformers 5 renamed ``past_key_values`` to ``cache`` (the old name goes in 5.40)
         parameters = inspect.signature(model.forward).parameters
         self._cache_keyword = "cache" if "cache" in parameters else "past_key_values"
@@ -503,8 +504,8 @@ class ChunkedLM:
                   ids: np.ndarray) -> torch.Tensor:
         """The log of the probability of the set ``name`` (token ``ids``) at each position
         of ``probs`` (``[positions, vocabulary]``): sums of :data:`MASS_BLOCK` probabilities
-        times the set's 0/1 vector (float32 matrix products, of one shape whatever the pass
-        holds), added in float64.  One float32 sum over the whole vocabulary would drop
+        times the set's 0/1 vector (float32, of one shape whatever the pass holds), added in
+        float64.  One float32 sum over the whole vocabulary would drop
         the smallest terms, biased low by about 2e-5 nats for SmolLM2; these blocks stay
         within 4e-7 of the exact log-sum-exp.  Where the sum is below ``1e-20`` (float32
         underflow would lose part of it), the exact log-sum-exp of the set's
@@ -516,8 +517,15 @@ class ChunkedLM:
             self._endings.put(name, mask)
         blocks = probs.shape[-1] // MASS_BLOCK
         cut = blocks * MASS_BLOCK
-        total = torch.einsum("pbk,bk->pb", probs[:, :cut].view(-1, blocks, MASS_BLOCK),
-                             mask[:cut].view(blocks, MASS_BLOCK)).double().sum(-1)
+        # a product into a kept buffer, then sums of its blocks: on a CPU 3x faster than
+        # einsum's batched matrix-vector products, and a fresh product array each time would
+        # cost as much in page faults (BENCHMARKS.md, "neural")
+        shape = (probs.shape[0], blocks, MASS_BLOCK)
+        if self._product is None or self._product.shape != shape:
+            self._product = torch.empty(shape, dtype=probs.dtype, device=self.device)
+        torch.mul(probs[:, :cut].view(shape), mask[:cut].view(blocks, MASS_BLOCK),
+                  out=self._product)
+        total = self._product.sum(-1).double().sum(-1)
         if cut < probs.shape[-1]:
             total += torch.mv(probs[:, cut:], mask[cut:]).double()
         small = total < 1e-20
