@@ -111,14 +111,17 @@ def with_dummy_prefix(tokenizer, how: str):
     """``tokenizer`` (from :func:`train_tokenizer`) made to put a space before every text it
     encodes, as SentencePiece's dummy prefix does (Llama 2, Mistral): ``how`` is
     ``"metaspace-first"`` (the pre-tokenizer's ``prepend_scheme: first``), ``"normalizer"``
-    (a ``Prepend`` normalizer, the older conversion; both for a ``metaspace`` tokenizer) or
-    ``"byte-level"`` (``add_prefix_space``, for a ``byte-level`` one).  The same vocabulary
+    (a ``Prepend`` normalizer, the older conversion; both for a ``metaspace`` tokenizer),
+    ``"regex"`` (a ``Replace`` of ``^``, for a ``metaspace`` one) or ``"byte-level"``
+    (``add_prefix_space``, for a ``byte-level`` one).  The same vocabulary
     and merges, so a text's tokens are those of ``" " + text`` by the original."""
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
     spec = json.loads(tokenizer.backend_tokenizer.to_str())
     if how == "byte-level":
         spec["pre_tokenizer"]["add_prefix_space"] = True
+    elif how == "regex":   # a way prefix.py does not know how to undo
+        spec["normalizer"] = {"type": "Replace", "pattern": {"Regex": "^"}, "content": "\u2581"}
     elif how == "metaspace-first":
         spec["pre_tokenizer"]["prepend_scheme"] = "first"
     else:

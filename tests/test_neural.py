@@ -468,6 +468,17 @@ def test_a_tokenizer_with_a_dummy_prefix_scores_as_the_model_reads(marker, how):
         brute_force_logp((original, model), " ", completions[0][0]), abs=5e-5)
 
 
+def test_a_dummy_prefix_that_cannot_be_undone_is_refused_at_load():
+    """A tokenizer that puts a space before every text in a way no copy can undo (here a
+    regex normalizer) would have every text's first word refused: it is refused at load."""
+    prefixed = with_dummy_prefix(train_tokenizer(CORPUS, "metaspace"), "regex")
+    assert prefixed.encode(",", add_special_tokens=False)[0] == \
+        prefixed.convert_tokens_to_ids("\u2581")
+    with pytest.raises(ModelError, match="not supported: the tokenizer puts a space before "
+                                         "every text it encodes"):
+        CausalLM.from_objects(tiny_model(len(prefixed)), prefixed)
+
+
 def test_a_model_with_layers_other_than_attention_is_refused(byte_level_tokenizer):
     """A hybrid model (LFM2: convolution layers, whose state no key/value cache holds) is
     refused when it is set up, naming why, not by an IndexError at its first query."""

@@ -47,7 +47,7 @@ from lmchallenge.errors import ModelError
 from lmchallenge.model.api import Model
 from lmchallenge.model.neural.engine import ChunkedLM
 from lmchallenge.model.neural.loading import load
-from lmchallenge.model.neural.prefix import encoder
+from lmchallenge.model.neural.prefix import NoPlainCopy, encoder
 from lmchallenge.model.neural.vocab import Vocabulary
 from lmchallenge.model.neural.words import RefusedQuery, WordScorer
 from lmchallenge.model.wire import Result, protocol_text
@@ -154,7 +154,10 @@ class CausalLM(Model):
                              stderr_tail=None)
         positions = getattr(model.config, "max_position_embeddings", None)
         fits = None if positions is None else positions // chunk * chunk  # padded chunks too
-        spelling = encoder(tokenizer, vocab.pieces)
+        try:
+            spelling = encoder(tokenizer, vocab.pieces)
+        except NoPlainCopy as e:
+            raise ModelError(name, f"not supported: {e}", stderr_tail=None) from None
         self.lead = spelling.lead  # " " where the tokenizer has a dummy prefix (prefix.py)
         self.scorer = WordScorer(spelling.encode, vocab, self.engine.continuations,
                                  self.engine.path_rows, width=search_width, max_tokens=fits)

@@ -12,8 +12,9 @@ So for such a tokenizer every text is given a leading space (:attr:`Encoder.lead
 pieces are encoded by a copy of the tokenizer without the prefix: the pieces of ``" " +
 text`` then join into the tokens the tokenizer gives ``text`` whole, which is what the model
 saw.  The prefix is found by its effect (a test encoding, not the tokenizer's name) and the
-copy is checked to give the same tokens before it is used; where either fails, the tokenizer
-is used as it is (and a piece it does not spell back is refused, as before).
+copy is checked to give the same tokens before it is used; a tokenizer that puts a space
+before every text and cannot be copied without it is refused (:class:`NoPlainCopy`): every
+text's first word would be.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ from typing import Any
 
 PROBES = ("In the beginning", "light, and", "x", "God's 2 days.")
 """Texts whose tokens, with and without the prefix, tell whether the copy is faithful."""
+
+
+class NoPlainCopy(ValueError):
+    """The tokenizer puts a space before every text, and no copy of it without that space
+    gives the tokens the model reads."""
 
 
 @dataclass(frozen=True)
@@ -43,22 +49,26 @@ class Encoder:
 
 def encoder(tokenizer: Any, pieces: list[bytes | None]) -> Encoder:
     """The :class:`Encoder` of a transformers fast tokenizer whose token ids spell
-    ``pieces`` (:attr:`lmchallenge.model.neural.vocab.Vocabulary.pieces`)."""
+    ``pieces`` (:attr:`lmchallenge.model.neural.vocab.Vocabulary.pieces`).
+
+    Raises:
+        NoPlainCopy: it puts a space before every text and cannot be copied without it.
+    """
     def plain(text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False)
 
     if not _adds_a_space(pieces, plain):
         return Encoder(plain)
     backend = _without_prefix(tokenizer.backend_tokenizer)
-    if backend is None:
-        return Encoder(plain)
 
     def bare(text: str) -> list[int]:
         return backend.encode(text, add_special_tokens=False).ids
 
-    if _adds_a_space(pieces, bare) or any(bare(" " + probe) != plain(probe)
-                                          for probe in PROBES):
-        return Encoder(plain)
+    if backend is None or _adds_a_space(pieces, bare) or any(
+            bare(" " + probe) != plain(probe) for probe in PROBES):
+        raise NoPlainCopy("the tokenizer puts a space before every text it encodes (a "
+                          "dummy prefix) in a way this adapter cannot undo, so no text's "
+                          "first word could be scored")
     return Encoder(bare, lead=" ")
 
 
