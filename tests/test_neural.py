@@ -650,6 +650,23 @@ def test_start_token_option(tiny):
 
 
 
+def test_a_tokenizer_without_bos_or_eos_needs_a_start_token(tiny):
+    """With neither BOS nor EOS there is no token to start a text with: a ModelError saying
+    how to name one (not a traceback from the vocabulary), and with one named, answers."""
+    import copy
+
+    tokenizer = copy.deepcopy(tiny[0])
+    tokenizer.bos_token = None
+    tokenizer.eos_token = None
+    assert tokenizer.bos_token_id is None and tokenizer.eos_token_id is None
+    with pytest.raises(ModelError, match=r"neither a BOS nor an EOS token to start a text: "
+                                         r"name the token texts start with \(--start-token"):
+        CausalLM.from_objects(tiny[1], tokenizer)
+    lm = CausalLM.from_objects(tiny[1], tokenizer, start_token="<pad>")
+    assert lm.scorer.vocab.start_id == tokenizer.convert_tokens_to_ids("<pad>")
+    assert lm.predict("In the ", ["beginning"])[0][1] < 0
+
+
 def test_the_unknown_token_may_be_the_start_token(tiny):
     """SmolLM2's ``<|endoftext|>`` (the plain-text start) is also its unk token: it is a token
     of the model, while a string that is no token still is refused (it maps to the unk id)."""

@@ -136,14 +136,18 @@ class CausalLM(Model):
         self.top = top
         self.max_expansions = max_expansions
         size = model.get_output_embeddings().weight.shape[0]
-        vocab = Vocabulary.from_tokenizer(tokenizer, size)
+        start = None
         if start_token is not None:
             start = tokenizer.convert_tokens_to_ids(start_token)
             # an unknown token maps to the unk id, whose text is another (unless it is the unk)
             if start is None or tokenizer.convert_ids_to_tokens(start) != start_token:
                 raise ModelError(name, f"start_token {start_token!r} is not a token of the model",
                                  stderr_tail=None)
-            vocab.start_id = start
+        try:
+            vocab = Vocabulary.from_tokenizer(tokenizer, size, start_id=start)
+        except ValueError as e:
+            raise ModelError(name, f"{e}: name the token texts start with (--start-token, "
+                             "start_token)", stderr_tail=None) from None
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else vocab.start_id
         self.engine = ChunkedLM(model, chunk=chunk, batch=batch_size, pad_id=pad,
                                 width=search_width)

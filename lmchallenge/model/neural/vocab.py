@@ -114,8 +114,13 @@ class Vocabulary:
     _ending_ids: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_tokenizer(cls, tokenizer: Any, size: int) -> "Vocabulary":
-        """Read a Hugging Face fast tokenizer; ``size`` is the model's output (logit) size."""
+    def from_tokenizer(cls, tokenizer: Any, size: int, start_id: int | None = None) -> "Vocabulary":
+        """Read a Hugging Face fast tokenizer; ``size`` is the model's output (logit) size;
+        ``start_id``: the token texts start with (default: the tokenizer's BOS, else EOS).
+
+        Raises:
+            ValueError: no ``start_id`` and the tokenizer has neither BOS nor EOS.
+        """
         kind = _decoder_kind(tokenizer)
         special = set(tokenizer.all_special_ids)
         for added_id, added in tokenizer.added_tokens_decoder.items():
@@ -127,7 +132,7 @@ class Vocabulary:
             if piece is not None and token_id not in special:
                 pieces[token_id] = _piece_bytes(piece, kind)
         eos = tokenizer.eos_token_id
-        start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else eos
+        start = next((i for i in (start_id, tokenizer.bos_token_id, eos) if i is not None), None)
         if start is None:
             raise ValueError("the tokenizer has neither a BOS nor an EOS token to start a text")
         return cls(pieces, eos, start)
