@@ -162,9 +162,9 @@ class CausalLM(Model):
             spelling = encoder(tokenizer, vocab.pieces)
         except NoPlainCopy as e:
             raise ModelError(name, f"not supported: {e}", stderr_tail=None) from None
-        self.lead = spelling.lead  # " " where the tokenizer has a dummy prefix (prefix.py)
         self.scorer = WordScorer(spelling.encode, vocab, self.engine.continuations,
-                                 self.engine.path_rows, width=search_width, max_tokens=fits)
+                                 self.engine.path_rows, width=search_width, max_tokens=fits,
+                                 lead=spelling.lead)
 
     def _refused(self, error: RefusedQuery, context: str,
                  candidates: Sequence[str] | None) -> ModelError:
@@ -184,21 +184,20 @@ class CausalLM(Model):
         """
         answers: list[Result | None] = [None] * len(queries)
         first_beyond = self.scorer.beyond == 0  # nothing left out before: warn once
-        led = [(self.lead + context, candidates) for context, candidates in queries]
         scored = [i for i, (_, candidates) in enumerate(queries) if candidates is not None]
         try:
-            results = self.scorer.score_batch([led[i] for i in scored])
+            results = self.scorer.score_batch([(queries[i][0], queries[i][1]) for i in scored])
         except RefusedQuery as e:
-            bad = next((i for i in scored if _refuses(self.scorer, *led[i])), scored[0])
+            bad = next((i for i in scored if _refuses(self.scorer, *queries[i])), scored[0])
             raise self._refused(e, *queries[bad]) from None
         for i, result in zip(scored, results):
             answers[i] = sorted(result, key=lambda pair: -pair[1])
-        for i, (context, candidates) in enumerate(led):
+        for i, (context, candidates) in enumerate(queries):
             if candidates is None:
                 try:
                     answers[i] = self.scorer.complete(context, self.top, self.max_expansions)
                 except RefusedQuery as e:
-                    raise self._refused(e, *queries[i]) from None
+                    raise self._refused(e, context, None) from None
         if first_beyond and self.scorer.beyond:
             logging.getLogger(__name__).warning(
                 "%s: a context and word longer than the model's %d tokens (its positions, in "

@@ -98,12 +98,15 @@ class WordScorer:
             model is asked about (``None``: no limit).  Words past it are not scored (left
             out, as words the tokenizer cannot spell are) and completions do not reach past
             it: see :attr:`beyond`.
+        lead: put before every context (``" "`` for a tokenizer with a dummy prefix, whose
+            ``encode`` is a copy without it: :mod:`lmchallenge.model.neural.prefix`).
     """
 
     def __init__(self, encode: Callable[[str], list[int]], vocab: Vocabulary,
                  continuations: ContinuationsFn, path_rows: PathRowsFn, width: int = 1,
-                 max_tokens: int | None = None):
+                 max_tokens: int | None = None, lead: str = ""):
         self._encode_raw = encode
+        self.lead = lead
         self.vocab = vocab
         self.continuations = continuations
         self.path_rows = path_rows
@@ -142,8 +145,9 @@ class WordScorer:
 
     # -- scoring whole words
     def split(self, context: str) -> tuple[list[str], str]:
-        """The context's pieces and its trailing gap (see :func:`pieces`)."""
-        return pieces(context)
+        """The pieces of the context (after :attr:`lead`) and its trailing gap (see
+        :func:`pieces`)."""
+        return pieces(self.lead + context)
 
     @staticmethod
     def continues(context_pieces: list[str], gap: str, candidate: str) -> bool:
@@ -253,7 +257,7 @@ class WordScorer:
         Paths stop at ``max_tokens`` (no words when the context itself reaches it)."""
         if n <= 0:
             return []
-        context_pieces, gap = pieces(context)
+        context_pieces, gap = self.split(context)
         prefix = ""
         if not gap and context_pieces:  # the context ends inside (or at the end of) a word
             prefix = _last_word(context_pieces[-1])
