@@ -27,7 +27,7 @@ import click
 from lmchallenge import tuning
 from lmchallenge.corpus import whole_line_blocks
 from lmchallenge.cli.options import run_command
-from lmchallenge.errors import ModelError
+from lmchallenge.model.spec import started
 from lmchallenge.model.wire import format_answer, parse_request
 
 CHUNK = 32  # as lmchallenge.model.neural.adapter.CHUNK (not imported here: it imports torch)
@@ -138,16 +138,10 @@ def serve(model: str, device: str, dtype: str, batch_size: int, chunk: int, top:
     """Answer predict/train/clear requests on stdin/stdout (LM Challenge model protocol)."""
     tuning.lift_own_limits()  # before torch is imported: its threads are its own choice
     from lmchallenge.model.neural.adapter import CausalLM
-    try:
-        lm = CausalLM(model, device=device, dtype=dtype, batch_size=batch_size, chunk=chunk,
-                      top=top, max_expansions=max_expansions, threads=threads,
-                      start_token=start_token, random_weights=random_weights,
-                      search_width=search_width)
-    except ModelError:
-        raise
-    except Exception as e:  # a model unlike those met so far: one line, as lmc run says it
-        raise ModelError(model, f"raised {type(e).__name__} while starting: {e}",
-                         stderr_tail=None) from None
+    lm = started(model, CausalLM, dict(  # a failure in one line, as lmc run says it
+        model=model, device=device, dtype=dtype, batch_size=batch_size, chunk=chunk, top=top,
+        max_expansions=max_expansions, threads=threads, start_token=start_token,
+        random_weights=random_weights, search_width=search_width))
     serve_batched(lm, sys.stdin.buffer, sys.stdout.buffer, sys.stderr)
 
 

@@ -80,12 +80,22 @@ def construct(spec: str, options: dict[str, Any]) -> Any:
         except TypeError as e:
             raise ModelError(spec, f"does not take the options {json.dumps(options)}: {e} "
                              f"(it takes {signature})", stderr_tail=None) from None
+    return started(spec, factory, options)
+
+
+def started(name: str, factory: Callable[..., Any], options: dict[str, Any]) -> Any:
+    """``factory(**options)``, a failure as a ModelError naming the model ``name``.
+
+    Raises:
+        ModelError: its own (which names the model already) as it is; any other exception
+            as "raised TYPE while starting: MESSAGE".
+    """
     try:
         return factory(**options)
     except ModelError:
         raise
     except Exception as e:
-        raise ModelError(spec, f"raised {type(e).__name__} while starting: {e}",
+        raise ModelError(name, f"raised {type(e).__name__} while starting: {e}",
                          stderr_tail=None) from e
 
 
