@@ -27,6 +27,12 @@ def toy_model_command(*args: str) -> str:
     return " ".join([PYTHON, str(TOY_MODEL), *args])
 
 
+def environment_of(record: Path) -> dict[str, str]:
+    """The variables in a file ``env`` wrote (a model's environment: ``sh -c 'env > FILE;
+    exec MODEL'``)."""
+    return dict(line.split("=", 1) for line in record.read_text().splitlines() if "=" in line)
+
+
 def lmc_command() -> list[str]:
     """argv prefix of our ``lmc`` (the console script of this venv)."""
     return [str(BIN / "lmc")]

@@ -12,7 +12,7 @@ import sys
 import grimp
 import pytest
 
-from conftest import BIN, DATA, PYTHON, REPO, lmc_command, toy_model_command
+from conftest import BIN, DATA, PYTHON, REPO, environment_of, lmc_command, toy_model_command
 
 
 def test_import_linter_contracts_are_kept():
@@ -117,7 +117,7 @@ def test_a_model_process_gets_the_users_thread_settings_not_lmcs(tmp_path):
     def seen(env: dict) -> dict:
         subprocess.run([*lmc_command(), "run", model, "we"], input="a b c\n", text=True,
                        env=env, capture_output=True, check=True)
-        return dict(line.split("=", 1) for line in record.read_text().splitlines() if "=" in line)
+        return environment_of(record)
 
     alone = seen(base)
     assert "MKL_NUM_THREADS" not in alone and "OPENBLAS_NUM_THREADS" not in alone

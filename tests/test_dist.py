@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import BIN, DATA, PYTHON, toy_model_command
+from conftest import BIN, DATA, PYTHON, environment_of, toy_model_command
 from lmc_dist.resources import format_resources, parse_resources
 
 
@@ -564,5 +564,4 @@ def model_environments(directory: Path, corpus: Path, extra: list[str]) -> list[
     model = f"sh -c 'env > {directory}/$$.env; exec {toy_model_command()}'"
     lmc_dist(["run", model, "we", "--input", str(corpus), "--run-dir", str(directory / "run"),
               "--no-progress", *extra])
-    return [dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
-            for path in directory.glob("*.env")]
+    return [environment_of(path) for path in directory.glob("*.env")]
