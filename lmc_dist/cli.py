@@ -15,6 +15,7 @@ from lmchallenge.errors import LmcError
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.model.spec import PredictorSpec
 from lmchallenge.cli.game_options import wr_options
+from lmchallenge.cli.order import OptionsAfterGame
 from lmchallenge.cli.options import (JsonOption, partial_option, run_command, set_verbosity,
                                      window_option)
 from lmchallenge.cli.uncertainty import bootstrap_options, settings_of, wanted
@@ -108,9 +109,10 @@ def cli() -> None:
     """LM Challenge games on a Dask cluster, with the corpus partitioned by user."""
 
 
-class RunGroup(click.Group):
-    """``lmc-dist run``: a game's option given before the game (before PREDICTOR, where
-    ``lmc run`` also takes it) is refused saying where it goes."""
+class RunGroup(OptionsAfterGame):
+    """``lmc-dist run``: the games' options may come before the game too (moved after it, by
+    :class:`OptionsAfterGame`); where there is no PREDICTOR GAME to put them after, a game's
+    option is refused saying where it goes."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
@@ -119,9 +121,8 @@ class RunGroup(click.Group):
             if not any(e.option_name in param.opts + param.secondary_opts
                        for command in self.commands.values() for param in command.params):
                 raise
-            e.message = (f"no option {e.option_name} before the game: lmc-dist run takes "
-                         "its options after it (lmc-dist run PREDICTOR GAME --input CORPUS "
-                         f"--run-dir DIR {e.option_name} ...)")
+            e.message = (f"{e.option_name} is an option of the games: lmc-dist run PREDICTOR GAME "
+                         f"--input CORPUS --run-dir DIR {e.option_name} ...")
             e.possibilities = None
             raise
 

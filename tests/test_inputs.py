@@ -238,7 +238,7 @@ def test_run_options_after_the_game_and_corpus(tmp_path):
     result = run(LMC, "run", "--output", str(before), toy_model_command(), "we", str(SAMPLE), "--output", str(after))
     assert result.returncode == 2
     assert result.stderr.decode().endswith(
-        "Error: --output is given twice, before PREDICTOR and after the game: give it once\n")
+        "Error: --output is given twice, before the game and after it: give it once\n")
 
 
 def test_stats_csv_of_mixed_games(tmp_path):
@@ -267,18 +267,49 @@ def test_lmc_dist_format_is_the_corpus_format(tmp_path):
     assert part.name == "part-00000.jsonl.gz" and datum["user"] is None   # read as plain text
 
 
-def test_lmc_dist_options_before_the_game_say_where_they_go(tmp_path):
-    """``lmc run`` takes its options before PREDICTOR too; ``lmc-dist run`` only after the
-    game: an option of the games given before says so (a misspelt one is click's error)."""
-    result = run(LMC_DIST, "run", "-o", '{"a": 1}', toy_model_command(), "we", "--input", "c.txt",
-                 "--run-dir", str(tmp_path / "run"))
-    assert result.returncode == 2 and not (tmp_path / "run").exists()
+def test_run_options_between_predictor_and_game(tmp_path):
+    """``lmc run PREDICTOR -o ... wc`` (as docs/neural.md showed it) is the run of the options
+    before PREDICTOR: ``-o VALUE``, ``-oVALUE``, ``--timeout=VALUE``, flags and counters."""
+    before, between = tmp_path / "before.jsonl", tmp_path / "between.jsonl"
+    assert run(LMC, "run", "-t", "--output", str(before), toy_model_command(), "wc",
+               str(SAMPLE)).returncode == 0
+    result = run(LMC, "run", toy_model_command(), "-o{}", "--train", "--timeout=30", "-vv",
+                 "--output", str(between), "wc", str(SAMPLE))
+    assert result.returncode == 0, result.stderr.decode()
+    assert between.read_bytes() == before.read_bytes() and before.stat().st_size > 0
+    assert "DEBUG" in result.stderr.decode()                          # -vv was read as -vv
+    misplaced = run(LMC, "run", toy_model_command(), "-p", "wc", str(SAMPLE))
+    assert misplaced.returncode == 2 and misplaced.stderr.decode().endswith(
+        "Error: No such option '-p'.\n")                              # wc's own option
+
+
+def test_lmc_dist_options_before_the_game(tmp_path):
+    """``lmc-dist run`` takes its options after the game, and before it too (moved there),
+    before or after PREDICTOR: the same log. Without PREDICTOR and a game to put a game's
+    option after, it says where it goes (a misspelt option is click's error)."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("a b c\nd e\n")
+    logs = []
+    for k, args in enumerate([
+            [toy_model_command(), "we", "--workers", "1", "--part-format", "jsonl"],
+            ["--workers", "1", toy_model_command(), "--part-format=jsonl", "we"],
+            ["-v", toy_model_command(), "--workers=1", "we", "--part-format", "jsonl"]]):
+        result = run(LMC_DIST, "run", *args, "--input", str(corpus), "--run-dir", str(tmp_path / f"r{k}"))
+        assert result.returncode == 0, result.stderr.decode()
+        part, = (tmp_path / f"r{k}").glob("part-*")
+        assert part.name == "part-00000.jsonl.gz"
+        logs.append(gzip.decompress(part.read_bytes()))
+    assert logs[0] == logs[1] == logs[2] and logs[0].count(b"\n") == 5
+    result = run(LMC_DIST, "run", "-o", '{"a": 1}', toy_model_command())
+    assert result.returncode == 2
     assert result.stderr.decode().endswith(
-        "Error: no option -o before the game: lmc-dist run takes its options after it "
-        "(lmc-dist run PREDICTOR GAME --input CORPUS --run-dir DIR -o ...)\n")
+        "Error: -o is an option of the games: lmc-dist run PREDICTOR GAME --input CORPUS "
+        "--run-dir DIR -o ...\n")
     misspelt = run(LMC_DIST, "run", "--input-file", "c.txt", toy_model_command(), "we")
     assert misspelt.returncode == 2
     assert misspelt.stderr.decode().endswith("Error: No such option '--input-file'.\n")
+    unknown = run(LMC_DIST, "run", toy_model_command(), "--workers", "1", "wx", "--input", "c.txt")
+    assert unknown.returncode == 2 and unknown.stderr.decode().endswith("Error: No such command 'wx'.\n")
 
 
 def test_units_are_named():

@@ -52,19 +52,33 @@ def walkthrough(text: str) -> list[str]:
             if line.strip() and not line.startswith("#")]
 
 
-def program_calls(command: str) -> list[list[str]]:
-    """The argv of each ``lmc``/``lmc-ngram``/``lmc-dist`` call in a shell line (its pipes and
-    redirections left out)."""
+def program_calls(command: str, programs: tuple[str, ...] = PROGRAMS) -> list[list[str]]:
+    """The argv of each call of ``programs`` in a shell line (its pipes and redirections left
+    out)."""
     calls = []
     for stage in re.split(r"\s(?:\||&&)\s", command):
         argv = shlex.split(stage.split(" > ")[0])
-        if argv and argv[0] in PROGRAMS:
+        if argv and argv[0] in programs:
             calls.append(argv)
     return calls
 
 
 def environment() -> dict[str, str]:
     return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def docs_calls() -> list[tuple[str, list[str]]]:
+    """Each ``lmc``/``lmc-ngram``/``lmc-dist``/``lmc-neural`` call in the ```sh blocks of docs/
+    and deploy/README.md, as (where, argv), lines continued with a backslash joined; lines that
+    use shell variables are left out."""
+    calls = []
+    for page in [*sorted((REPO / "docs").glob("*.md")), REPO / "deploy" / "README.md"]:
+        for block in sh_blocks(page.read_text()):
+            for line in block.replace("\\\n", " ").splitlines():
+                if "$" not in line and not line.lstrip().startswith("#"):
+                    calls += [(f"{page.name}: {line.strip()}", argv) for argv in
+                              program_calls(line.strip(), (*PROGRAMS, "lmc-neural"))]
+    return calls
 
 
 def test_readme_keeps_install_and_tests_first():
@@ -97,6 +111,17 @@ def test_every_readme_command_parses():
             result = subprocess.run([str(BIN / argv[0]), *argv[1:], "--help"], capture_output=True,
                                     timeout=120, env=environment())
             assert result.returncode == 0, f"{line}\n{result.stderr.decode()}"
+
+
+def test_every_docs_command_parses():
+    """As the README's: docs/neural.md showed ``lmc run MODEL -o ... wc`` when ``lmc run`` took
+    its options only before MODEL or after the game."""
+    calls = docs_calls()
+    assert any(argv[2].endswith("adapter:CausalLM") for _, argv in calls) and len(calls) >= 6
+    for where, argv in calls:
+        result = subprocess.run([str(BIN / argv[0]), *argv[1:], "--help"], capture_output=True,
+                                timeout=120, env=environment())
+        assert result.returncode == 0, f"{where}\n{result.stderr.decode()}"
 
 
 @pytest.mark.slow

@@ -3,7 +3,7 @@
 ``lmc run [OPTIONS] PREDICTOR GAME [GAME OPTIONS] [CORPUS] [OPTIONS]`` as LM Challenge 5.x,
 plus a corpus path (default: stdin), ``--output`` (``.jsonl``, ``.jsonl.gz``, ``.parquet``),
 ``--timeout`` and ``--window`` for shell models; the run's options are accepted before
-PREDICTOR (as 5.x) and after the game too.
+PREDICTOR (as 5.x), between PREDICTOR and the game, and after the game.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from lmchallenge.games.spec import GameSpec
 from lmchallenge.model.spec import PredictorSpec
 from lmchallenge.cli.game_options import wr_options
 from lmchallenge.cli.options import JsonOption, set_verbosity, window_option
+from lmchallenge.cli.order import OptionsBeforePredictor
 
 
 def run_options(function: Callable) -> Callable:
@@ -57,7 +58,7 @@ RUN_OPTIONS = ("verbose", "train", "corpus_format", "options", "output", "timeou
 """The parameter names of :func:`run_options`."""
 
 
-@click.group("run")
+@click.group("run", cls=OptionsBeforePredictor)
 @run_options
 @click.argument("predictor")
 @click.pass_context
@@ -66,7 +67,7 @@ def cli(ctx, predictor, **run):
 
     PREDICTOR is a shell command speaking the LM Challenge protocol (for example
     "lmc-ngram serve kjv.lm") or a Python class or function as module:Name.  The options
-    may come before PREDICTOR or after the game and its CORPUS:
+    may come before or after PREDICTOR, or after the game and its CORPUS:
     lmc run "lmc-ngram serve kjv.lm" wc corpus.txt --output log.jsonl.gz
     """
     ctx.obj = dict(predictor=predictor)
@@ -74,7 +75,7 @@ def cli(ctx, predictor, **run):
 
 def given_options(ctx: click.Context) -> dict[str, Any]:
     """The run options of a game command ``ctx``: each from where it was given, after the
-    game or before PREDICTOR (``-v`` counts in both places).
+    game or before it (``-v`` counts in both places).
 
     Raises:
         click.UsageError: an option is given in both places.
@@ -86,7 +87,7 @@ def given_options(ctx: click.Context) -> dict[str, Any]:
         here, there = _given(ctx, name), _given(group, name)
         if here and there:
             flag = next(p.opts[-1] for p in ctx.command.params if p.name == name)
-            raise click.UsageError(f"{flag} is given twice, before PREDICTOR and after the game:"
+            raise click.UsageError(f"{flag} is given twice, before the game and after it:"
                                    " give it once", ctx)
         values[name] = ctx.params[name] if here else group.params[name]
     return values

@@ -1,0 +1,81 @@
+"""Options typed between PREDICTOR and the game, moved to where the command takes them.
+
+``lmc run PREDICTOR -o '{...}' wc corpus.txt`` reads naturally, but click's groups take their
+options before their argument (PREDICTOR) and the subcommand takes its own after its name, so
+the options in between would be read as the game's name ("No such command '-o'"). The command
+groups of ``lmc run`` and ``lmc-dist run`` reorder their arguments before click parses them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import click
+
+
+def value_taking(params: Iterable[click.Parameter]) -> dict[str, bool]:
+    """Each option string of ``params`` (``-o``, ``--options``, ``--no-train``) -> whether it
+    takes a value (a flag or a counter takes none)."""
+    return {name: not (param.is_flag or param.count)
+            for param in params if isinstance(param, click.Option)
+            for name in (*param.opts, *param.secondary_opts)}
+
+
+def end_of_options(args: list[str], start: int, known: dict[str, bool]) -> int:
+    """The index after the run of options of ``known`` that starts at ``args[start]``, their
+    values included (``-o VALUE``, ``-oVALUE``, ``--options=VALUE``, ``-vv``); the run stops
+    at the first argument that is not such an option."""
+    i = start
+    while i < len(args):
+        token = args[i]
+        long = token.startswith("--")
+        name = token.split("=", 1)[0] if long else token[:2]
+        if not token.startswith("-") or token in ("-", "--") or name not in known:
+            return i
+        attached = "=" in token if long else len(token) > 2
+        i += 2 if known[name] and not attached else 1
+    return i
+
+
+def predictor_and_game(args: list[str], known: dict[str, bool]) -> tuple[int, int] | None:
+    """The indices of PREDICTOR and of GAME (a known game or not) in ``[OPTIONS] PREDICTOR
+    [OPTIONS] GAME ...``, the options being those of ``known``; None where ``args`` are not of
+    that shape (left to click to report)."""
+    predictor = end_of_options(args, 0, known)
+    if predictor >= len(args) or args[predictor].startswith("-"):
+        return None
+    game = end_of_options(args, predictor + 1, known)
+    if game >= len(args) or args[game].startswith("-"):
+        return None
+    return predictor, game
+
+
+class OptionsBeforePredictor(click.Group):
+    """A group ``[OPTIONS] PREDICTOR GAME ...`` (``lmc run``) whose own options may also be
+    typed between PREDICTOR and GAME: they are moved before PREDICTOR."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        where = predictor_and_game(args, value_taking(self.get_params(ctx)))
+        if where is not None:
+            predictor, game = where
+            args = [*args[:predictor], *args[predictor + 1:game], args[predictor], *args[game:]]
+        return super().parse_args(ctx, args)
+
+
+class OptionsAfterGame(click.Group):
+    """A group ``PREDICTOR GAME [OPTIONS] ...`` (``lmc-dist run``) whose games' options may
+    also be typed before PREDICTOR or between PREDICTOR and GAME: they are moved after GAME."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        known = value_taking(param for command in self.commands.values()
+                             for param in command.params)
+        where = predictor_and_game(args, known)
+        if where is not None:
+            predictor, game = where
+            args = [args[predictor], args[game], *args[:predictor], *args[predictor + 1:game],
+                    *args[game + 1:]]
+        return super().parse_args(ctx, args)
+
+
+__all__ = ["value_taking", "end_of_options", "predictor_and_game", "OptionsBeforePredictor",
+           "OptionsAfterGame"]
