@@ -2,16 +2,19 @@
 
     lmc-neural skeleton models/SmolLM2-135M-Instruct.Q4_1.gguf smol-skeleton   # 3.5 MB
     python benchmarks/neural_dist.py --model smol-skeleton --random-weights --device cuda \\
-        [--lines 100000] [--base-lines 2000] [--workers 16] [--dtype auto] [--batch-size 1]
-        [--chunk 32] [--wheels DIR]
+        [--lines 100000] [--base-lines 2000] [--workers 16] [--dtype auto] [--batch-size 1[,16..]]
+        [--chunk 32[,128..]] [--wheels DIR]
 
 Corpus: ``--lines`` lines of the shipped KJV text (cycled, as ``benchmarks/scaling.py``
 builds it).  Model: ``lmc-neural serve MODEL`` with the options given, one process per
 worker (the embedded cluster, ``--workers``).  First ``lmc run`` on the first
-``--base-lines`` lines (one model process: the baseline), then ``lmc-dist run`` on all of
-them; printed: words, wall, words/s of each and the ratio, and on CUDA the GPU's busy share
-during the ``lmc-dist`` run (``nvidia-smi`` utilisation sampled every 200 ms: the share of
-time a kernel was running).  Issue 13's target: >= 50,000 words/s on >= 100k lines on the
+``--base-lines`` lines (one model process, the first ``--batch-size`` and ``--chunk``: the
+baseline), then ``lmc-dist run`` on all of them for each ``--batch-size`` x ``--chunk`` (comma
+lists: a sweep in one call); printed: words, wall, words/s of each and the ratio, on CUDA the
+GPU's busy share during the ``lmc-dist`` run (``nvidia-smi`` utilisation sampled every 200 ms:
+the share of time a kernel was running), and how far the ``lmc-dist`` log's scores of the
+baseline's lines are from ``lmc run``'s (equal on a CPU; on a GPU the rows batched together
+change the kernels' sums, by about float32's or bfloat16's rounding).  Issue 13's target: >= 50,000 words/s on >= 100k lines on the
 device machine (one H100, 16 cores).
 
 ``--random-weights``: the architecture and tokenizer of ``--model`` (a ``lmc-neural
@@ -62,8 +65,8 @@ def main() -> None:
     parser.add_argument("--random-weights", action="store_true")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--batch-size", type=int, default=1)
-    parser.add_argument("--chunk", type=int, default=32)
+    parser.add_argument("--batch-size", default="1", help="one, or a comma list")
+    parser.add_argument("--chunk", default="32", help="one, or a comma list")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per model")
     parser.add_argument("--lines", type=int, default=100_000)
     parser.add_argument("--base-lines", type=int, default=2_000)
@@ -73,47 +76,79 @@ def main() -> None:
     if args.wheels is not None:
         reexec_with_wheels(args.wheels)
     bin_dir = Path(os.environ.get("LMC_SCALING_BIN", Path(sys.executable).parent))
-    model = shlex.join([str(bin_dir / "lmc-neural"), "serve", args.model, "--device", args.device,
-                        "--dtype", args.dtype, "--batch-size", str(args.batch_size), "--chunk",
-                        str(args.chunk), "--threads", str(args.threads)]
-                       + (["--random-weights"] if args.random_weights else []))
-    # the server answers 64 * batch-size queries a call and reads about half the window at once
-    window = str(max(256, 128 * args.batch_size))
+    configs = [(batch, chunk) for batch in _ints(args.batch_size) for chunk in _ints(args.chunk)]
     work = Path(tempfile.mkdtemp(prefix="lmc-neural-dist-"))
     try:
         corpus, base = work / "corpus.txt", work / "base.txt"
         build_corpus(corpus, args.lines, "kjv")
         build_corpus(base, min(args.base_lines, args.lines), "kjv")
-        print(f"machine: {os.cpu_count()} CPUs; model: {model}", flush=True)
-
+        print(f"machine: {os.cpu_count()} CPUs", flush=True)
+        model, window = _model(bin_dir, args, *configs[0])
         base_s, result = timed([str(bin_dir / "lmc"), "run", "--timeout", "600", "--window",
-                                window, model, "we",
-                                str(base)], stdout=subprocess.PIPE)
-        base_words = result.stdout.count("\n")
-        print(f"lmc run, {args.base_lines} lines: {base_words} words in {base_s:.1f} s: "
-              f"{base_words / base_s:,.0f} words/s (model load included)", flush=True)
-
-        samples: list[float] = []
-        stop = threading.Event()
-        sampler = threading.Thread(target=gpu_sampler, args=(stop, samples), daemon=True)
-        if args.device.startswith("cuda") and shutil.which("nvidia-smi"):
-            sampler.start()
-        run_dir = work / "run"
-        dist_s, result = timed([str(bin_dir / "lmc-dist"), "run", model, "we", "--input", str(corpus),
-                                "--run-dir", str(run_dir), "--workers", str(args.workers),
-                                "--timeout", "600", "--window", window, "--no-progress"])
-        stop.set()
-        manifest = json.loads((run_dir / "_manifest.json").read_text())
-        words = sum(p.get("rows") or 0 for p in manifest["partitions"])
-        rate = words / dist_s
-        print(f"lmc-dist --workers {args.workers}, {args.lines} lines: {words} words in "
-              f"{dist_s:.1f} s: {rate:,.0f} words/s ({len(manifest['partitions'])} partitions); "
-              f"{rate / (base_words / base_s):.1f}x lmc run", flush=True)
-        if samples:
-            print(f"GPU busy share during lmc-dist: mean {statistics.mean(samples):.0f}%, "
-                  f"median {statistics.median(samples):.0f}% ({len(samples)} samples)")
+                                window, model, "we", str(base)], stdout=subprocess.PIPE)
+        base_log = [json.loads(line) for line in result.stdout.splitlines()]
+        base_rate = len(base_log) / base_s
+        print(f"lmc run, {args.base_lines} lines, {model}: {len(base_log)} words in {base_s:.1f} "
+              f"s: {base_rate:,.0f} words/s (model load included)", flush=True)
+        for batch, chunk in configs:
+            model, window = _model(bin_dir, args, batch, chunk)
+            _dist_run(bin_dir, args, model, window, corpus, work / f"run-{batch}-{chunk}",
+                      base_log, base_rate)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _ints(text: str) -> list[int]:
+    return [int(part) for part in text.split(",")]
+
+
+def _model(bin_dir: Path, args: argparse.Namespace, batch: int, chunk: int) -> tuple[str, str]:
+    """The model command of one configuration and the window that feeds its batches (the
+    server answers 64 * batch-size queries a call and reads about half the window at once)."""
+    model = shlex.join([str(bin_dir / "lmc-neural"), "serve", args.model, "--device", args.device,
+                        "--dtype", args.dtype, "--batch-size", str(batch), "--chunk", str(chunk),
+                        "--threads", str(args.threads)]
+                       + (["--random-weights"] if args.random_weights else []))
+    return model, str(max(256, 128 * batch))
+
+
+def _dist_run(bin_dir: Path, args: argparse.Namespace, model: str, window: str, corpus: Path,
+              run_dir: Path, base_log: list[dict], base_rate: float) -> None:
+    """One ``lmc-dist run``: its words/s, the GPU's busy share, its scores against lmc run's."""
+    samples: list[float] = []
+    stop = threading.Event()
+    sampler = threading.Thread(target=gpu_sampler, args=(stop, samples), daemon=True)
+    if args.device.startswith("cuda") and shutil.which("nvidia-smi"):
+        sampler.start()
+    dist_s, _ = timed([str(bin_dir / "lmc-dist"), "run", model, "we", "--input", str(corpus),
+                       "--run-dir", str(run_dir), "--workers", str(args.workers),
+                       "--timeout", "600", "--window", window, "--no-progress"])
+    stop.set()
+    manifest = json.loads((run_dir / "_manifest.json").read_text())
+    words = sum(p.get("rows") or 0 for p in manifest["partitions"])
+    rate = words / dist_s
+    print(f"lmc-dist --workers {args.workers}, {args.lines} lines, {model}: {words} words in "
+          f"{dist_s:.1f} s: {rate:,.0f} words/s ({len(manifest['partitions'])} partitions); "
+          f"{rate / base_rate:.1f}x lmc run", flush=True)
+    if samples:
+        print(f"  GPU busy share during lmc-dist: mean {statistics.mean(samples):.0f}%, "
+              f"median {statistics.median(samples):.0f}% ({len(samples)} samples)", flush=True)
+    print(f"  {_agreement(run_dir, base_log)}", flush=True)
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _agreement(run_dir: Path, base_log: list[dict]) -> str:
+    """How the run dir's first rows compare with ``lmc run``'s log of the same lines."""
+    import pandas
+
+    log = pandas.read_parquet(run_dir).head(len(base_log))
+    if list(log["target"]) != [datum["target"] for datum in base_log]:
+        return "the lmc-dist log's first targets differ from lmc run's: not the same lines"
+    diffs = [abs(a - datum["logp"]) if datum.get("logp") is not None else 0.0
+             for a, datum in zip(log["logp"].fillna(0.0), base_log)]
+    same = sum(d == 0.0 for d in diffs)
+    return (f"scores of the first {len(base_log)} words against lmc run's: {same} equal, "
+            f"max difference {max(diffs):.2e} nats, mean {statistics.mean(diffs):.2e}")
 
 
 if __name__ == "__main__":
