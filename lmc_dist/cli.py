@@ -15,7 +15,7 @@ from lmchallenge.errors import LmcError
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.model.spec import PredictorSpec
 from lmchallenge.cli.game_options import wr_options
-from lmchallenge.cli.order import OptionsAfterGame
+from lmchallenge.cli.order import OptionsAfterGame, games_with_option
 from lmchallenge.cli.options import (JsonOption, partial_option, run_command, set_verbosity,
                                      window_option)
 from lmchallenge.cli.uncertainty import bootstrap_options, settings_of, wanted
@@ -118,8 +118,7 @@ class RunGroup(OptionsAfterGame):
         try:
             return super().parse_args(ctx, args)
         except click.NoSuchOption as e:
-            if not any(e.option_name in param.opts + param.secondary_opts
-                       for command in self.commands.values() for param in command.params):
+            if not games_with_option(self, e.option_name):
                 raise
             e.message = (f"{e.option_name} is an option of the games: lmc-dist run PREDICTOR GAME "
                          f"--input CORPUS --run-dir DIR {e.option_name} ...")

@@ -278,15 +278,19 @@ def test_run_options_between_predictor_and_game(tmp_path):
     assert result.returncode == 0, result.stderr.decode()
     assert between.read_bytes() == before.read_bytes() and before.stat().st_size > 0
     assert "DEBUG" in result.stderr.decode()                          # -vv was read as -vv
-    misplaced = run(LMC, "run", toy_model_command(), "-p", "wc", str(SAMPLE))
+    misplaced = run(LMC, "run", toy_model_command(), "-n", "5", "wr", "vocab.txt", str(SAMPLE))
     assert misplaced.returncode == 2 and misplaced.stderr.decode().endswith(
-        "Error: No such option '-p'.\n")                              # wc's own option
+        "Error: -n is an option of wr: give it after the game (lmc run PREDICTOR wr -n ...)\n")
+    misspelt = run(LMC, "run", "--outptu", "x", toy_model_command(), "wc", str(SAMPLE))
+    assert misspelt.returncode == 2 and misspelt.stderr.decode().endswith(
+        "Error: No such option '--outptu'. Did you mean '--output'?\n")
 
 
 def test_lmc_dist_options_before_the_game(tmp_path):
     """``lmc-dist run`` takes its options after the game, and before it too (moved there),
     before or after PREDICTOR: the same log. Without PREDICTOR and a game to put a game's
-    option after, it says where it goes (a misspelt option is click's error)."""
+    option after, or for an option that takes a value in one game and not in another, it says
+    where it goes (a misspelt option is click's error)."""
     corpus = tmp_path / "c.txt"
     corpus.write_text("a b c\nd e\n")
     logs = []
@@ -305,6 +309,10 @@ def test_lmc_dist_options_before_the_game(tmp_path):
     assert result.stderr.decode().endswith(
         "Error: -o is an option of the games: lmc-dist run PREDICTOR GAME --input CORPUS "
         "--run-dir DIR -o ...\n")
+    ambiguous = run(LMC_DIST, "run", toy_model_command(), "-p", "wc", "--input", "c.txt")
+    assert ambiguous.returncode == 2 and ambiguous.stderr.decode().endswith(   # wr -p VALUE
+        "Error: -p is an option of the games: lmc-dist run PREDICTOR GAME --input CORPUS "
+        "--run-dir DIR -p ...\n")
     misspelt = run(LMC_DIST, "run", "--input-file", "c.txt", toy_model_command(), "we")
     assert misspelt.returncode == 2
     assert misspelt.stderr.decode().endswith("Error: No such option '--input-file'.\n")

@@ -50,6 +50,12 @@ def predictor_and_game(args: list[str], known: dict[str, bool]) -> tuple[int, in
     return predictor, game
 
 
+def games_with_option(group: click.Group, option: str) -> list[str]:
+    """The names of ``group``'s commands that take ``option`` (``-p``, ``--seed``)."""
+    return [name for name, command in group.commands.items()
+            if any(option in param.opts + param.secondary_opts for param in command.params)]
+
+
 class OptionsBeforePredictor(click.Group):
     """A group ``[OPTIONS] PREDICTOR GAME ...`` (``lmc run``) whose own options may also be
     typed between PREDICTOR and GAME: they are moved before PREDICTOR."""
@@ -59,7 +65,16 @@ class OptionsBeforePredictor(click.Group):
         if where is not None:
             predictor, game = where
             args = [*args[:predictor], *args[predictor + 1:game], args[predictor], *args[game:]]
-        return super().parse_args(ctx, args)
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as e:
+            games = games_with_option(self, e.option_name)
+            if games:  # a game's own option (wc -p) typed before the game
+                e.message = (f"{e.option_name} is an option of {' and '.join(games)}: give it "
+                             f"after the game ({ctx.command_path} PREDICTOR {games[0]} "
+                             f"{e.option_name} ...)")
+                e.possibilities = None
+            raise
 
 
 class OptionsAfterGame(click.Group):
@@ -67,15 +82,21 @@ class OptionsAfterGame(click.Group):
     also be typed before PREDICTOR or between PREDICTOR and GAME: they are moved after GAME."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        known = value_taking(param for command in self.commands.values()
-                             for param in command.params)
-        where = predictor_and_game(args, known)
+        where = predictor_and_game(args, self._unambiguous())
         if where is not None:
             predictor, game = where
             args = [args[predictor], args[game], *args[:predictor], *args[predictor + 1:game],
                     *args[game + 1:]]
         return super().parse_args(ctx, args)
 
+    def _unambiguous(self) -> dict[str, bool]:
+        """The games' options that take a value in every game or in none (``wc -p`` is a flag,
+        ``wr -p`` takes a value: before the game, which it is cannot be told)."""
+        each = [value_taking(command.params) for command in self.commands.values()]
+        names = {name for options in each for name in options}
+        return {name: takes.pop() for name in names
+                if len(takes := {options[name] for options in each if name in options}) == 1}
 
-__all__ = ["value_taking", "end_of_options", "predictor_and_game", "OptionsBeforePredictor",
-           "OptionsAfterGame"]
+
+__all__ = ["value_taking", "end_of_options", "predictor_and_game", "games_with_option",
+           "OptionsBeforePredictor", "OptionsAfterGame"]
