@@ -15,7 +15,7 @@ from lmchallenge.errors import LmcError
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.model.spec import PredictorSpec
 from lmchallenge.cli.game_options import wr_options
-from lmchallenge.cli.order import OptionsAfterGame, games_with_option
+from lmchallenge.cli.order import OptionsAfterGame
 from lmchallenge.cli.options import (JsonOption, partial_option, run_command, set_verbosity,
                                      window_option)
 from lmchallenge.cli.uncertainty import bootstrap_options, settings_of, wanted
@@ -109,24 +109,7 @@ def cli() -> None:
     """LM Challenge games on a Dask cluster, with the corpus partitioned by user."""
 
 
-class RunGroup(OptionsAfterGame):
-    """``lmc-dist run``: the games' options may come before the game too (moved after it, by
-    :class:`OptionsAfterGame`); where there is no PREDICTOR GAME to put them after, a game's
-    option is refused saying where it goes."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        try:
-            return super().parse_args(ctx, args)
-        except click.NoSuchOption as e:
-            if not games_with_option(self, e.option_name):
-                raise
-            e.message = (f"{e.option_name} is an option of the games: lmc-dist run PREDICTOR GAME "
-                         f"--input CORPUS --run-dir DIR {e.option_name} ...")
-            e.possibilities = None
-            raise
-
-
-@cli.group("run", cls=RunGroup)
+@cli.group("run", cls=OptionsAfterGame)
 @click.argument("predictor")
 @click.pass_context
 def run_group(ctx, predictor):

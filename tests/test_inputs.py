@@ -307,12 +307,12 @@ def test_lmc_dist_options_before_the_game(tmp_path):
     result = run(LMC_DIST, "run", "-o", '{"a": 1}', toy_model_command())
     assert result.returncode == 2
     assert result.stderr.decode().endswith(
-        "Error: -o is an option of the games: lmc-dist run PREDICTOR GAME --input CORPUS "
-        "--run-dir DIR -o ...\n")
+        "Error: -o is an option of the games: give it after the game (lmc-dist run PREDICTOR "
+        "GAME -o ...)\n")
     ambiguous = run(LMC_DIST, "run", toy_model_command(), "-p", "wc", "--input", "c.txt")
     assert ambiguous.returncode == 2 and ambiguous.stderr.decode().endswith(   # wr -p VALUE
-        "Error: -p is an option of the games: lmc-dist run PREDICTOR GAME --input CORPUS "
-        "--run-dir DIR -p ...\n")
+        "Error: -p is an option of the games: give it after the game (lmc-dist run PREDICTOR "
+        "GAME -p ...)\n")
     misspelt = run(LMC_DIST, "run", "--input-file", "c.txt", toy_model_command(), "we")
     assert misspelt.returncode == 2
     assert misspelt.stderr.decode().endswith("Error: No such option '--input-file'.\n")

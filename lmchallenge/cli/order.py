@@ -3,7 +3,8 @@
 ``lmc run PREDICTOR -o '{...}' wc corpus.txt`` reads naturally, but click's groups take their
 options before their argument (PREDICTOR) and the subcommand takes its own after its name, so
 the options in between would be read as the game's name ("No such command '-o'"). The command
-groups of ``lmc run`` and ``lmc-dist run`` reorder their arguments before click parses them.
+groups of ``lmc run`` and ``lmc-dist run`` reorder their arguments before click parses them,
+and a game's option typed where it cannot be taken is refused saying where it goes.
 """
 
 from __future__ import annotations
@@ -79,7 +80,9 @@ class OptionsBeforePredictor(click.Group):
 
 class OptionsAfterGame(click.Group):
     """A group ``PREDICTOR GAME [OPTIONS] ...`` (``lmc-dist run``) whose games' options may
-    also be typed before PREDICTOR or between PREDICTOR and GAME: they are moved after GAME."""
+    also be typed before PREDICTOR or between PREDICTOR and GAME: they are moved after GAME.
+    Where there is no PREDICTOR GAME to put one after, or it takes a value in one game and
+    not in another, a game's option is refused saying where it goes."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         where = predictor_and_game(args, self._unambiguous())
@@ -87,7 +90,14 @@ class OptionsAfterGame(click.Group):
             predictor, game = where
             args = [args[predictor], args[game], *args[:predictor], *args[predictor + 1:game],
                     *args[game + 1:]]
-        return super().parse_args(ctx, args)
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as e:
+            if games_with_option(self, e.option_name):
+                e.message = (f"{e.option_name} is an option of the games: give it after the "
+                             f"game ({ctx.command_path} PREDICTOR GAME {e.option_name} ...)")
+                e.possibilities = None
+            raise
 
     def _unambiguous(self) -> dict[str, bool]:
         """The games' options that take a value in every game or in none (``wc -p`` is a flag,
