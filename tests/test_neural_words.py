@@ -45,3 +45,29 @@ def test_tokens_that_cross_the_typed_text_are_the_word_tokenizers():
             assert s._crossing(rest, prefix, gap) == tuple(expected), (rest, prefix)
             checked += len(expected)
     assert checked > 1000
+
+
+def test_a_words_boundary_set_is_the_word_tokenizers():
+    """The tokens that end a word (its boundary set) are those after which the word
+    tokenizer still reads the word alone: checked token by token with
+    lmchallenge.tokenize.words, for words of letters, punctuation, and emoji that begin
+    longer emoji sequences (👍 then " 🏻" does not end 👍: the sequence is one word)."""
+    from lmchallenge.tokenize import emoji_sequences
+    targets = ["a", "don't", ".", "…", "’", "👍", "❤", "🇺", "👨", "#", "1", "日本", "😀"]
+    rests = {e[len(w):] for w in targets for e in emoji_sequences()
+             if e.startswith(w) and len(e) > len(w)}
+    texts = sorted({*TAILS, *rests, *(r[:2] for r in rests), *(" " + t for t in TAILS)})
+    pieces: list[bytes | None] = [None, b""] + [t.encode() for t in texts]
+    pieces += [b"\xc3", b"\xa9s", "é".encode() + b"\xc3"]
+    vocab = Vocabulary(pieces, eos_id=0, start_id=0)
+    assert len(rests) > 20
+    for word in targets:
+        expected = [0]  # the end of the sequence ends every word
+        for token_id, data in enumerate(pieces[1:], start=1):
+            text = data.decode("utf-8", errors="ignore") if data else ""
+            if not text or not data.startswith(text[0].encode()):
+                continue  # no whole first character: in no boundary set
+            whole = text if data.decode("utf-8", errors="replace").startswith(text) else text[0]
+            if words(word + whole)[0] == word:
+                expected.append(token_id)
+        assert vocab.ending(word)[1].tolist() == expected, word

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from lmchallenge.tokenize import word_tokenizer
+from lmchallenge.tokenize import emoji_sequences, word_tokenizer
 
 SPACE_MARK = "\u2581"  # ▁, SentencePiece's word-beginning marker
 
@@ -81,6 +81,29 @@ def first_char(data: bytes) -> str | None:
     return None
 
 
+def _head(data: bytes) -> str:
+    """A token's text as the word tokenizer reads it after a word: its decoded text, or only
+    its first character where the bytes after it do not decode."""
+    text = data.decode("utf-8", errors="ignore")
+    char = first_char(data)
+    return text if char is not None and text.startswith(char) else (char or "")
+
+
+def _emoji_rests(word: str) -> tuple[str, ...]:
+    """What follows ``word`` in each emoji sequence longer than it that starts with it."""
+    return _emoji_rests_by_start().get(word, ())
+
+
+@lru_cache(maxsize=1)
+def _emoji_rests_by_start() -> dict[str, tuple[str, ...]]:
+    """Every proper beginning of an emoji sequence -> :func:`_emoji_rests` of it."""
+    rests: dict[str, list[str]] = {}
+    for sequence in emoji_sequences():
+        for k in range(1, len(sequence)):
+            rests.setdefault(sequence[:k], []).append(sequence[k:])
+    return {start: tuple(found) for start, found in rests.items()}
+
+
 def single_word(text: str) -> bool:
     """True when ``text`` is exactly one LM Challenge word token."""
     match = word_tokenizer().pattern_for(text).match(text)
@@ -112,6 +135,7 @@ class Vocabulary:
     _sorted: tuple[list[bytes], list[int]] | None = field(default=None, repr=False)
     _continuing: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     _ending_ids: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _chars: tuple[list[str], np.ndarray] | None = field(default=None, repr=False)
 
     @classmethod
     def from_tokenizer(cls, tokenizer: Any, size: int, start_id: int | None = None) -> "Vocabulary":
@@ -151,24 +175,45 @@ class Vocabulary:
         return {"w": "a", "p": "."}.get(key, key[1:])
 
     def ending(self, word: str) -> tuple[str, np.ndarray]:
-        """The name of ``word``'s boundary set (its :meth:`word_class`) and the set's token
-        ids (int64, ascending): the tokens that end ``word`` (see the module doc)."""
+        """The name of ``word``'s boundary set (its :meth:`word_class`; its own for a word
+        that begins a longer emoji sequence, as the keycaps begin with ``#`` and digits) and
+        the set's token ids (int64, ascending): the tokens that end ``word`` (module doc).
+
+        Whether a token ends a word is decided by its first character alone (the word
+        tokenizer's runs go on or stop there; an emoji word is whole), except for the tokens
+        that go on with the rest of a longer emoji sequence the word begins (``👍`` then
+        ``" 🏻"``), which do not end it: so the tokenizer is asked once per distinct first
+        character, not once per token."""
         key = self.word_class(word)
+        if _emoji_rests(word):
+            key = "=" + word
         ids = self._ending_ids.get(key)
         if ids is None:
             rep = self._representative(key)
-            mask = np.zeros(len(self.pieces), dtype=bool)
-            for token_id, data in enumerate(self.pieces):
-                if data:
-                    char = first_char(data)
-                    if char is not None:
-                        text = data.decode("utf-8", errors="ignore")
-                        mask[token_id] = ends_word(rep, text if text.startswith(char) else char)
+            chars, starts = self._first_chars()
+            ends = np.array([ends_word(rep, c) for c in chars] + [False], dtype=bool)
+            mask = ends[starts]  # the last entry: tokens without a whole first character
+            longer = _emoji_rests(rep)
+            if longer:
+                mask &= [not (data and _head(data).startswith(longer)) for data in self.pieces]
             if self.eos_id is not None:
                 mask[self.eos_id] = True
             ids = np.flatnonzero(mask).astype(np.int64)
             self._ending_ids[key] = ids
         return key, ids
+
+    def _first_chars(self) -> tuple[list[str], np.ndarray]:
+        """The distinct first characters of the tokens, and each token's index into them
+        (``len(chars)``: a token without bytes or without a whole first character)."""
+        if self._chars is None:
+            index: dict[str, int] = {}
+            starts = np.empty(len(self.pieces), dtype=np.int64)
+            for token_id, data in enumerate(self.pieces):
+                char = first_char(data) if data else None
+                starts[token_id] = -1 if char is None else index.setdefault(char, len(index))
+            starts[starts < 0] = len(index)
+            self._chars = (list(index), starts)
+        return self._chars
 
     def continuing(self, word: str) -> np.ndarray:
         """Token ids whose text is whole characters that all continue ``word``'s class."""
