@@ -1,5 +1,6 @@
 """The word logic of the neural adapter that needs no model (lmchallenge.model.neural.words and
-.vocab over a vocabulary written here): which tokens may start a completion."""
+.vocab over a vocabulary written here): which tokens may start a completion, and which end a
+word, each checked token by token against the word tokenizer."""
 
 from __future__ import annotations
 
