@@ -216,8 +216,11 @@ class Vocabulary:
         return self._chars
 
     def continuing(self, word: str) -> np.ndarray:
-        """Token ids whose text is whole characters that all continue ``word``'s class."""
+        """Token ids whose text is whole characters that all continue ``word``'s class
+        (none for an emoji or another word of a set of its own)."""
         key = self.word_class(word)
+        if key not in ("w", "p"):
+            return np.zeros(0, dtype=np.int64)
         ids = self._continuing.get(key)
         if ids is None:
             rep = self._representative(key)
@@ -229,7 +232,7 @@ class Vocabulary:
                     text = data.decode("utf-8")
                 except UnicodeDecodeError:
                     continue
-                if key[0] in "wp" and single_word(rep + text):
+                if single_word(rep + text):
                     found.append(token_id)
             ids = np.array(found, dtype=np.int64)
             self._continuing[key] = ids
