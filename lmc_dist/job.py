@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dask
+from dask.utils import parse_timedelta
 from distributed import Client, LocalCluster, as_completed
 from distributed.comm.core import CommClosedError
 from tqdm import tqdm
@@ -161,16 +162,27 @@ def connect(job: DistJob) -> Iterator[Client]:
         yield client
 
 
-def scheduler_client(address: str) -> Client:
-    """A client of the Dask scheduler at ``address``.
+def scheduler_client(address: str, say_after: float = 2.0) -> Client:
+    """A client of the Dask scheduler at ``address``; where none has answered after
+    ``say_after`` seconds and Dask waits for one at least 5 s
+    (``distributed.comm.timeouts.connect``: 30 s), a warning says what the run waits for.
 
     Raises:
         LmcError: no scheduler answers there (within Dask's ``distributed.comm.timeouts.connect``).
     """
+    limit = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds")
+    waiting = threading.Timer(say_after, LOG.warning, (
+        "no answer yet from the Dask scheduler at %s: waiting up to %g s (Dask's "
+        "distributed.comm.timeouts.connect)", address, limit))
+    waiting.daemon = True
+    if limit >= 5:
+        waiting.start()
     try:
         return Client(address)
     except (OSError, TimeoutError) as e:
         raise LmcError(f"cannot reach the Dask scheduler at {address} ({str(e).rstrip('.')})") from None
+    finally:
+        waiting.cancel()
 
 
 def cluster_name(job: DistJob) -> str:

@@ -343,6 +343,23 @@ def test_ce_with_a_word_model_warns_once(tmp_path):
     assert quiet.returncode == 0 and b"ce: the model answered" not in quiet.stderr
 
 
+def test_a_wait_for_the_scheduler_is_said(tmp_path):
+    """A ``--scheduler`` that does not answer within 2 s: a warning says what the run waits
+    for, and for how long (Dask's connect timeout, 5 s here), before the error."""
+    corpus = write_rows(tmp_path / "c.jsonl", [{"text": "a b"}])
+    with socket.socket() as s:      # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    result = run(LMC_DIST, "run", toy_model_command(), "we", "--input", str(corpus), "--run-dir",
+                 str(tmp_path / "run"), "--scheduler", address, "--workers", "1",
+                 env={**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "5s"})
+    assert result.returncode == 2
+    warning, error = result.stderr.decode().splitlines()
+    assert warning == (f"WARNING\tno answer yet from the Dask scheduler at {address}: waiting up "
+                       "to 5 s (Dask's distributed.comm.timeouts.connect)")
+    assert error.startswith(f"lmc-dist: error: cannot reach the Dask scheduler at {address} (")
+
+
 def test_wr_fit_below_the_base_warns_and_reports_a_fit_at_least_base(tmp_path):
     silent = model_script(tmp_path, "silent", "")
     corpus = tmp_path / "c.txt"
