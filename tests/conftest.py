@@ -7,6 +7,7 @@ repository's files (README, data, pyproject.toml) through it."""
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -25,6 +26,13 @@ BIN = Path(sys.executable).parent
 def toy_model_command(*args: str) -> str:
     """The shell command of the toy protocol model (tests/models/toy_model.py)."""
     return " ".join([PYTHON, str(TOY_MODEL), *args])
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listens on (just now)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def environment_of(record: Path) -> dict[str, str]:

@@ -12,7 +12,6 @@ import gzip
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -20,14 +19,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import BIN, DATA, PYTHON, environment_of, toy_model_command
+from conftest import BIN, DATA, PYTHON, environment_of, free_port, toy_model_command
 from lmc_dist.resources import format_resources, parse_resources
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Cluster:

@@ -16,7 +16,6 @@ import json
 import os
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, REPO
+from conftest import BIN, REPO, free_port
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 
@@ -47,12 +46,6 @@ def compose_tool() -> list[str]:
     if shutil.which("docker-compose"):
         return ["docker-compose"]
     pytest.skip("neither `docker compose` nor `docker-compose` is installed")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def log(message: str) -> None:

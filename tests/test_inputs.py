@@ -11,7 +11,6 @@ import json
 import os
 import random
 import resource
-import socket
 import subprocess
 import zlib
 from pathlib import Path
@@ -20,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import BIN, DATA, PYTHON, toy_model_command
+from conftest import BIN, DATA, PYTHON, free_port, toy_model_command
 
 LMC, LMC_DIST = str(BIN / "lmc"), str(BIN / "lmc-dist")
 SAMPLE = DATA / "kjv" / "test.sample.txt"
@@ -347,9 +346,7 @@ def test_a_wait_for_the_scheduler_is_said(tmp_path):
     """A ``--scheduler`` that does not answer within 2 s: a warning says what the run waits
     for, and for how long (Dask's connect timeout, 5 s here), before the error."""
     corpus = write_rows(tmp_path / "c.jsonl", [{"text": "a b"}])
-    with socket.socket() as s:      # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    address = f"tcp://127.0.0.1:{free_port()}"      # a port nothing listens on
     result = run(LMC_DIST, "run", toy_model_command(), "we", "--input", str(corpus), "--run-dir",
                  str(tmp_path / "run"), "--scheduler", address, "--workers", "1",
                  env={**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "5s"})
@@ -384,9 +381,7 @@ def test_an_unreachable_scheduler_is_one_line_and_a_bad_corpus_is_named_first(
     """No traceback for a wrong --scheduler address; when the corpus is bad too (it is scanned
     while the client connects), the corpus' error is the one reported."""
     corpus = write_rows(tmp_path / "c.jsonl", corpus_rows)
-    with socket.socket() as s:      # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    address = f"tcp://127.0.0.1:{free_port()}"      # a port nothing listens on
     result = run(LMC_DIST, "run", toy_model_command(), "we", "--input", str(corpus),
                  "--run-dir", str(tmp_path / "run"), "--scheduler", address, *workers,
                  env={**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"})
