@@ -57,47 +57,58 @@ def games_with_option(group: click.Group, option: str) -> list[str]:
             if any(option in param.opts + param.secondary_opts for param in command.params)]
 
 
-class OptionsBeforePredictor(click.Group):
+class GameGroup(click.Group):
+    """A group ``... PREDICTOR GAME ...`` whose arguments are put in the order click takes
+    them (:meth:`reordered`) before it parses them; a game's option typed where it cannot
+    be taken is refused saying that it goes after the game."""
+
+    games_named = True
+    """The message names the games that take the option (else "the games", "GAME")."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, self.reordered(ctx, args))
+        except click.NoSuchOption as e:
+            games = games_with_option(self, e.option_name)
+            if games:
+                owners, game = ((" and ".join(games), games[0]) if self.games_named
+                                else ("the games", "GAME"))
+                e.message = (f"{e.option_name} is an option of {owners}: give it after the "
+                             f"game ({ctx.command_path} PREDICTOR {game} {e.option_name} ...)")
+                e.possibilities = None
+            raise
+
+    def reordered(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return args
+
+
+class OptionsBeforePredictor(GameGroup):
     """A group ``[OPTIONS] PREDICTOR GAME ...`` (``lmc run``) whose own options may also be
     typed between PREDICTOR and GAME: they are moved before PREDICTOR."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def reordered(self, ctx: click.Context, args: list[str]) -> list[str]:
         where = predictor_and_game(args, value_taking(self.get_params(ctx)))
-        if where is not None:
-            predictor, game = where
-            args = [*args[:predictor], *args[predictor + 1:game], args[predictor], *args[game:]]
-        try:
-            return super().parse_args(ctx, args)
-        except click.NoSuchOption as e:
-            games = games_with_option(self, e.option_name)
-            if games:  # a game's own option (wc -p) typed before the game
-                e.message = (f"{e.option_name} is an option of {' and '.join(games)}: give it "
-                             f"after the game ({ctx.command_path} PREDICTOR {games[0]} "
-                             f"{e.option_name} ...)")
-                e.possibilities = None
-            raise
+        if where is None:
+            return args
+        predictor, game = where
+        return [*args[:predictor], *args[predictor + 1:game], args[predictor], *args[game:]]
 
 
-class OptionsAfterGame(click.Group):
+class OptionsAfterGame(GameGroup):
     """A group ``PREDICTOR GAME [OPTIONS] ...`` (``lmc-dist run``) whose games' options may
-    also be typed before PREDICTOR or between PREDICTOR and GAME: they are moved after GAME.
-    Where there is no PREDICTOR GAME to put one after, or it takes a value in one game and
-    not in another, a game's option is refused saying where it goes."""
+    also be typed before PREDICTOR or between PREDICTOR and GAME: they are moved after GAME,
+    except where there is no PREDICTOR GAME to put one after, or it takes a value in one
+    game and not in another."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    games_named = False
+
+    def reordered(self, ctx: click.Context, args: list[str]) -> list[str]:
         where = predictor_and_game(args, self._unambiguous())
-        if where is not None:
-            predictor, game = where
-            args = [args[predictor], args[game], *args[:predictor], *args[predictor + 1:game],
-                    *args[game + 1:]]
-        try:
-            return super().parse_args(ctx, args)
-        except click.NoSuchOption as e:
-            if games_with_option(self, e.option_name):
-                e.message = (f"{e.option_name} is an option of the games: give it after the "
-                             f"game ({ctx.command_path} PREDICTOR GAME {e.option_name} ...)")
-                e.possibilities = None
-            raise
+        if where is None:
+            return args
+        predictor, game = where
+        return [args[predictor], args[game], *args[:predictor], *args[predictor + 1:game],
+                *args[game + 1:]]
 
     def _unambiguous(self) -> dict[str, bool]:
         """The games' options that take a value in every game or in none (``wc -p`` is a flag,
@@ -109,4 +120,4 @@ class OptionsAfterGame(click.Group):
 
 
 __all__ = ["value_taking", "end_of_options", "predictor_and_game", "games_with_option",
-           "OptionsBeforePredictor", "OptionsAfterGame"]
+           "GameGroup", "OptionsBeforePredictor", "OptionsAfterGame"]
