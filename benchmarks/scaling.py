@@ -2,7 +2,7 @@
 
     python benchmarks/scaling.py [--games we,wc] [--workers 1,2,4,8,16] [--lines 100000]
         [--wc-lines 20000] [--text kjv|commits|both] [--repeat 1] [--format parquet]
-        [--partition-chars N] [--check] [--corpus FILE] [--json FILE]
+        [--partition-chars N] [--base-lines N] [--check] [--corpus FILE] [--json FILE]
     python benchmarks/scaling.py --build-corpus 1000000 --corpus big.txt   # and stop
 
 Corpus: plain text, one message a line, no ``--train`` (the issue 12 set-up), built from the
@@ -251,23 +251,36 @@ def print_row(r: Row) -> None:
 def measure_game(game: str, corpus: Path, model: str, cpu_file: Path, work: Path,
                  args: argparse.Namespace) -> tuple[list[Row], dict[int, list[dict]], Measured]:
     """`lmc run`, then `lmc-dist run` on each worker count: rows, each run's partitions
-    (manifest records) by workers, and the `lmc run` measurement."""
+    (manifest records) by workers, and the `lmc run` measurement.  With ``--base-lines N``,
+    `lmc run` reads the corpus's first N lines only and its wall and CPU are scaled to the
+    whole corpus by tokens (the first `lmc-dist` run's count): its cost per token is the same
+    over text cycled from the same lines, and the 10-minute device calls can then hold the
+    issue's >= 100k-line runs."""
+    base_corpus = prefix_corpus(corpus, args.base_lines, work) if args.base_lines else corpus
     single_log = work / f"single-{game}.jsonl"
     with open(single_log, "wb") as out:
-        single = run([str(BIN / "lmc"), "run", model, game, str(corpus)], cpu_file, stdout=out)
+        single = run([str(BIN / "lmc"), "run", model, game, str(base_corpus)], cpu_file,
+                     stdout=out)
     with open(single_log, "rb") as f:
-        tokens = sum(1 for _ in f)
-    rows = [row(game, "lmc run", 1, single, tokens, None)]
-    print(f"{game}: {tokens:,} tokens")
-    print_row(rows[0])
+        base_tokens = sum(1 for _ in f)
+    rows: list[Row] = []
+    tokens: int | None = None
+    if base_corpus is corpus:
+        tokens = base_tokens
+        rows.append(row(game, "lmc run", 1, single, tokens, None))
+        print(f"{game}: {tokens:,} tokens")
+        print_row(rows[0])
+    else:
+        print(f"{game}: lmc run on the first {args.base_lines:,} lines ({base_tokens:,} tokens): "
+              f"{single.wall:.1f} s, {single.cpu:.1f} CPU-s (model {single.model_cpu:.1f}); "
+              "scaled by tokens to the whole corpus below", flush=True)
     partitions: dict[int, list[dict]] = {}
     for workers in args.workers:
+        parallel = None
         if args.parallel_runs and workers > 1:
             chunks = split_corpus(corpus, workers, work)
-            m = run_parallel([[str(BIN / "lmc"), "run", model, game, str(chunk)] for chunk in chunks],
-                             cpu_file)
-            rows.append(row(game, f"{workers} x lmc run on 1/{workers}", workers, m, tokens, single))
-            print_row(rows[-1])
+            parallel = run_parallel([[str(BIN / "lmc"), "run", model, game, str(chunk)]
+                                     for chunk in chunks], cpu_file)
             for chunk in chunks:
                 chunk.unlink()
         run_dir = work / f"run-{game}-{workers}"
@@ -286,16 +299,39 @@ def measure_game(game: str, corpus: Path, model: str, cpu_file: Path, work: Path
             assert same, f"{game}, {workers} workers: the log differs from lmc run's"
             out.unlink()
         partitions[workers] = json.loads((run_dir / "_manifest.json").read_text())["partitions"]
+        if tokens is None:
+            tokens = sum(p["rows"] for p in partitions[workers])
+            single = scaled(single, tokens / base_tokens)
+            rows.append(row(game, "lmc run", 1, single, tokens, None))
+            print(f"{game}: {tokens:,} tokens")
+            print_row(rows[0])
+        if parallel is not None:
+            rows.append(row(game, f"{workers} x lmc run on 1/{workers}", workers, parallel,
+                            tokens, single))
+            print_row(rows[-1])
         rows.append(row(game, f"lmc-dist --workers {workers}", workers, m, tokens, single,
                         len(partitions[workers])))
         rows[-1].launched, rows[-1].ended = m.launched, m.ended  # type: ignore[attr-defined]
         print_row(rows[-1])
-        parallel = [r for r in rows if r.run.endswith(f" x lmc run on 1/{workers}")]
-        if parallel:
-            print(f"  {'':<26} {m.wall / parallel[-1].wall:8.2f} x the wall of {workers} x lmc run")
+        if parallel is not None:
+            print(f"  {'':<26} {m.wall / parallel.wall:8.2f} x the wall of {workers} x lmc run")
         shutil.rmtree(run_dir, ignore_errors=True)
     single_log.unlink()
     return rows, partitions, single
+
+
+def scaled(m: Measured, factor: float) -> Measured:
+    """``m`` as if its work were ``factor`` times as much (wall and CPU in proportion)."""
+    return Measured(wall=m.wall * factor, cpu=m.cpu * factor, model_cpu=m.model_cpu * factor,
+                    launched=m.launched, ended=m.launched + m.wall * factor)
+
+
+def prefix_corpus(corpus: Path, lines: int, work: Path) -> Path:
+    """The first ``lines`` lines of ``corpus``, as a file in ``work``."""
+    path = work / f"{corpus.stem}-first-{lines}.txt"
+    with open(corpus, encoding="utf-8") as f:
+        path.write_text("".join(itertools.islice(f, lines)), encoding="utf-8")
+    return path
 
 
 # --- the run-time model -------------------------------------------------------------------
@@ -362,7 +398,7 @@ def fit_costs(rows: list[Row], partitions: dict[int, list[dict]], corpus_bytes: 
     the mean gap between consecutive partitions, per token the partitions' time over their
     tokens (the first partition's one-off costs, imports and the model's start, included),
     cores per worker the run's CPU over its wall time (evaluator and model together)."""
-    one = next(r for r in rows if r.workers == 1 and r.run != "lmc run")
+    one = next(r for r in rows if r.workers == 1 and r.run.startswith("lmc-dist"))
     parts = sorted(partitions[1], key=lambda p: p["began"])
     spans = [(p["began"], p["began"] + p["elapsed"]) for p in parts]
     gaps = [max(0.0, b[0] - a[1]) for a, b in zip(spans, spans[1:])]
@@ -469,6 +505,9 @@ def main() -> None:
     parser.add_argument("--partition-chars", type=int, default=None,
                         help="pass --partition-chars (default: lmc-dist's choice for the cluster)")
     parser.add_argument("--format", default="parquet", choices=["jsonl", "parquet"])
+    parser.add_argument("--base-lines", type=int, default=None, metavar="N",
+                        help="lmc run on the first N lines only, scaled to the corpus by tokens "
+                             "(its fixed start too: N in the thousands)")
     parser.add_argument("--check", action="store_true",
                         help="also write --output and compare it with lmc run's log")
     parser.add_argument("--ceiling", action="store_true",
@@ -482,6 +521,8 @@ def main() -> None:
     parser.add_argument("--wheels", type=Path, default=None, metavar="DIR",
                         help="install DIR/*.whl and this repository first (device machine)")
     args = parser.parse_args()
+    if args.check and args.base_lines:
+        parser.error("--check compares whole logs: it cannot go with --base-lines")
     if args.wheels is not None:
         reexec_with_wheels(args.wheels)
     if os.environ.get("LMC_SCALING_BIN"):
