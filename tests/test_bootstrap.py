@@ -233,3 +233,15 @@ def test_few_groups_are_warned_about():
     assert few.stderr.decode() == ("WARNING\tonly 4 users (or messages) to resample: "
                                    "the bootstrap intervals are rough\n")
     assert run_lmc("stats", "--confidence", "0.9", str(LOGS / "kjv.wc.jsonl")).stderr == b""   # 30
+
+
+def test_bca_on_one_group_is_the_value_and_only_the_warning(tmp_path):
+    one = tmp_path / "one.jsonl"
+    with open(LOGS / "kjv.ce.jsonl") as f:
+        rows = [line for line in f if json.loads(line)["message"] == 0]
+    one.write_text("".join(rows))
+    result = run_lmc("stats", "--confidence", "0.95", "--ci-method", "bca", str(one))
+    stats = json.loads(result.stdout)
+    assert stats["ci"]["entropy.mean"] == pytest.approx([stats["entropy"]["mean"]] * 2, rel=1e-12)
+    assert result.stderr.decode() == ("WARNING\tonly 1 users (or messages) to resample: "
+                                      "the bootstrap intervals are rough\n")

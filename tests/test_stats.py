@@ -199,8 +199,7 @@ def test_fingerprint_is_order_invariant_and_sensitive_to_content():
 
 def test_reranking_on_an_obvious_log():
     human = lmc_stats.stats(WR_LOG)
-    assert human["reranking"] == dict(accuracy=2 / 3, base_accuracy=1 / 3, max_candidates=3,
-                                      accuracy_at_least_base=2 / 3)
+    assert human["reranking"] == dict(accuracy=2 / 3, base_accuracy=1 / 3, max_candidates=3)
     assert human["users"] == 1 and human["skipped"] == 1 / 4
     assert human["characters_per_token"] == 3.0
     raw = lmc_stats.stats(WR_LOG, human=False)
@@ -284,24 +283,10 @@ def test_pinned_reference_values():
     wr = lmc_stats.stats(read_jsonl(PRETTY / "kjv.o2.wr.jsonl"))
     assert wr["fingerprint"] == "ef18c377"
     assert wr["reranking"] == dict(accuracy=0.7636363636363637, base_accuracy=0.6545454545454545,
-                                   max_candidates=8, accuracy_at_least_base=0.7636363636363637)
+                                   max_candidates=8)
 
 
 # -- differential against lmchallenge==5.2 ---------------------------------------------------
-
-EXTENSIONS = {"reranking.accuracy_at_least_base", "reranking.correct_at_least_base"}
-"""Keys of our statistics that LM Challenge 5.x does not print (the wr fit never below the base)."""
-
-
-def without_extensions(row: dict) -> dict:
-    """``row`` without the keys in :data:`EXTENSIONS`."""
-    out = dict(row)
-    for key in EXTENSIONS:
-        group, name = key.split(".")
-        if isinstance(out.get(group), dict) and name in out[group]:
-            out[group] = {k: v for k, v in out[group].items() if k != name}
-    return out
-
 
 def assert_same(ours, ref, where="", strict_types=False) -> None:
     if isinstance(ref, dict):
@@ -320,8 +305,6 @@ def assert_same(ours, ref, where="", strict_types=False) -> None:
 
 def assert_same_csv(ours: str, ref: str) -> None:
     ours_rows, ref_rows = list(csv.reader(io.StringIO(ours))), list(csv.reader(io.StringIO(ref)))
-    keep = [i for i, name in enumerate(ours_rows[0]) if name not in EXTENSIONS]
-    ours_rows = [[row[i] for i in keep] for row in ours_rows]
     assert ours_rows[0] == ref_rows[0]
     assert len(ours_rows) == len(ref_rows)
     for o_row, r_row in zip(ours_rows[1:], ref_rows[1:]):
@@ -370,7 +353,7 @@ def test_json_same_as_reference(human, reference_lmc, generated_logs):
     ref = json_rows(run_lmc("stats", *flags, *logs, lmc=[str(reference_lmc)]).stdout)
     assert len(ours) == len(ref) == len(logs)
     for o, r in zip(ours, ref):
-        assert_same(without_extensions(o), r, r["log"])
+        assert_same(o, r, r["log"])
 
 
 @pytest.mark.reference
@@ -378,7 +361,7 @@ def test_empty_sums_print_as_int_zero(reference_lmc):
     log = str(PRETTY / "kjv.o2.wr.jsonl")
     ours, = json_rows(run_lmc("stats", "--no-human", log).stdout)
     ref, = json_rows(run_lmc("stats", "--no-human", log, lmc=[str(reference_lmc)]).stdout)
-    assert_same(without_extensions(ours), ref, log, strict_types=True)
+    assert_same(ours, ref, log, strict_types=True)
 
 
 @pytest.mark.reference

@@ -22,7 +22,8 @@ fraction of tokens scored; prediction.hitN is Hit@N and prediction.mrr the mean
 reciprocal rank of the next-word predictions; completion.characters the
 keystroke savings (fraction of characters); reranking.accuracy is Hit@1 after
 reranking (LM Challenge 5.x's fit), reranking.base_accuracy Hit@1 of the error
-model alone, reranking.accuracy_at_least_base Hit@1 of a fit never below it.
+model alone (--derived adds reranking.accuracy_at_least_base: Hit@1 of a fit
+never below it).
 --no-human: raw counts and sums (entropy.sum of -logp in nats).
 -o text lists them with their units.""")
 @click.argument("log", nargs=-1)

@@ -3,8 +3,9 @@ without them ``lmc stats`` prints exactly what it printed before.
 
 * ``--confidence C`` adds ``"ci"``: ``{key path: [low, high]}`` (see
   :mod:`lmchallenge.stats.bootstrap`); ``--resamples``, ``--seed`` and ``--ci-method`` tune it.
-* ``--derived`` adds ``entropy.bits``, ``entropy.perplexity`` and ``completion.ksr`` in
-  their groups and a ``"units"`` object (see :mod:`lmchallenge.stats.derived`).
+* ``--derived`` adds ``entropy.bits``, ``entropy.perplexity``, ``completion.ksr`` and
+  ``reranking.accuracy_at_least_base`` in their groups and a ``"units"`` object (see
+  :mod:`lmchallenge.stats.derived`, :mod:`lmchallenge.stats.reranking`).
 * ``--by user|message-length`` prints one row per slice instead (:mod:`lmchallenge.stats.slices`).
 * ``--signature`` adds ``"signature"`` (:mod:`lmchallenge.stats.signature`).
 """
@@ -50,7 +51,8 @@ def stats_options(function: Callable) -> Callable:
     options = [
         click.option("--derived", is_flag=True,
                      help="Add bits and perplexity beside the entropy (nats), the keystroke savings "
-                          "rate (Presage KSR) beside the completion figures, and their units."),
+                          "rate (Presage KSR) beside the completion figures, the wr Hit@1 of a "
+                          "fit never below the error model's, and their units."),
         click.option("--by", type=click.Choice(["user", "message-length"]), default=None,
                      help="One row per user, or per message-length bin (powers of two tokens)."),
         click.option("--signature", is_flag=True,
@@ -111,7 +113,7 @@ def _row(path: str, lines: int | None, human: bool, options: dict[str, Any]) -> 
 
     derived = bool(options.get("derived"))
     summary = bootstrap.summarise(path, lines)
-    row = dict(log=path, **summary.result(human))
+    row = dict(log=path, **summary.result(human, extensions=derived))
     game = None
     if derived or options.get("signature"):
         raw = summary.result(human=False)

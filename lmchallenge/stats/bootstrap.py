@@ -423,9 +423,11 @@ def _bca_levels(theta: float, resampled: np.ndarray, jackknife: np.ndarray,
         return [alpha / 2, 1 - alpha / 2]
     z0 = normal.inv_cdf(below)
     jackknife = jackknife[np.isfinite(jackknife)]
-    d = jackknife.mean() - jackknife
-    denominator = 6 * float((d ** 2).sum()) ** 1.5
-    a = float((d ** 3).sum()) / denominator if denominator else 0.0
+    a = 0.0   # no acceleration where no group can be left out (one group)
+    if len(jackknife):
+        d = jackknife.mean() - jackknife
+        denominator = 6 * float((d ** 2).sum()) ** 1.5
+        a = float((d ** 3).sum()) / denominator if denominator else 0.0
     levels = []
     for z in (normal.inv_cdf(alpha / 2), normal.inv_cdf(1 - alpha / 2)):
         levels.append(normal.cdf(z0 + (z0 + z) / (1 - a * (z0 + z))))
@@ -614,9 +616,9 @@ class LogSummary:
     fit: reranking.RerankingFit
     table: GroupTable
 
-    def result(self, human: bool = True) -> dict[str, Any]:
+    def result(self, human: bool = True, extensions: bool = False) -> dict[str, Any]:
         """The ``lmc stats`` result (as :meth:`lmchallenge.stats.StatsState.result`)."""
-        return self.state.result(human=human, fit=self.fit)
+        return self.state.result(human=human, fit=self.fit, extensions=extensions)
 
     def metrics(self, derived: bool = False) -> list[tuple[str, str, str]]:
         """The :data:`METRICS` this log's human statistics report (see

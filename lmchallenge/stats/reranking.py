@@ -242,7 +242,8 @@ class RerankingFit:
 
 BELOW_BASE_WARNING = ("wr: the reranking fit ends below the error model alone: %d tokens correct "
                       "vs %d (reranking.accuracy < reranking.base_accuracy, as LM Challenge 5.x's "
-                      "fit can); reranking.accuracy_at_least_base counts %d")
+                      "fit can); a fit never below it counts %d (lmc stats --derived: "
+                      "reranking.accuracy_at_least_base)")
 """Logged (stderr) when LM Challenge 5.x's fit is worse than no language model at all."""
 
 

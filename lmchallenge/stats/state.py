@@ -24,9 +24,10 @@ Human statistics (default) divide these: ``messages_per_user``, ``tokens_per_use
 and ``prediction.mrr`` (mean reciprocal rank) over selected tokens, ``completion.characters``
 (keystroke savings: fraction of characters) and ``completion.tokens``, ``entropy.mean``
 (cross-entropy in nats per scored token) and ``entropy.hit`` (fraction scored),
-``reranking.accuracy`` and ``reranking.base_accuracy`` (Hit@1 after and before reranking), and
-``reranking.accuracy_at_least_base`` (not in 5.x: Hit@1 of the best of the 5.x fit, a fit
-started from the error model alone, and the error model alone; raw ``correct_at_least_base``).
+``reranking.accuracy`` and ``reranking.base_accuracy`` (Hit@1 after and before reranking).
+Asked for (``extensions``, ``lmc stats --derived``), and not in 5.x:
+``reranking.accuracy_at_least_base``, Hit@1 of the best of the 5.x fit, a fit started from the
+error model alone, and the error model alone (raw ``correct_at_least_base``).
 """
 
 from __future__ import annotations
@@ -265,12 +266,14 @@ class StatsState:
                        srr=replace(self.srr), hits=dict(self.hits),
                        entropy_sum=replace(self.entropy_sum), scores=reranking.ScoreMatrices())
 
-    def raw(self, fit: reranking.RerankingFit | None = None) -> RawStats:
+    def raw(self, fit: reranking.RerankingFit | None = None, extensions: bool = False) -> RawStats:
         """The raw statistics (``lmc stats --no-human``).
 
         Args:
             fit: the reranking fit, when it was made elsewhere (distributed); by default it
                 is made here on :attr:`scores`.
+            extensions: also the figures LM Challenge 5.x does not print
+                (``reranking.correct_at_least_base``); without, exactly 5.x's fields.
         """
         if fit is None:
             fit = reranking.fit(self.scores)
@@ -282,8 +285,9 @@ class StatsState:
             rerank: dict[str, Any] = dict(max_candidates=0, already_correct=0, correct=0, args=None)
         else:
             rerank = dict(max_candidates=fit.max_candidates, base_correct=fit.base_correct,
-                          correct=fit.correct, args=fit.model.args,
-                          correct_at_least_base=fit.correct_at_least_base)
+                          correct=fit.correct, args=fit.model.args)
+            if extensions:
+                rerank["correct_at_least_base"] = fit.correct_at_least_base
         return dict(
             skipped=self.skipped, users=self.users.count, messages=self.messages.count,
             tokens=self.tokens, characters=self.characters, fingerprint=self.fingerprint,
@@ -294,10 +298,11 @@ class StatsState:
             reranking=rerank,
         )
 
-    def result(self, human: bool = True,
-               fit: reranking.RerankingFit | None = None) -> Stats | RawStats:
-        """The statistics: :func:`humanize` d (default) or raw."""
-        raw = self.raw(fit)
+    def result(self, human: bool = True, fit: reranking.RerankingFit | None = None,
+               extensions: bool = False) -> Stats | RawStats:
+        """The statistics: :func:`humanize` d (default) or raw (``fit`` and ``extensions`` as
+        for :meth:`raw`)."""
+        raw = self.raw(fit, extensions)
         return humanize(raw) if human else raw
 
 
