@@ -37,7 +37,8 @@ from dataclasses import asdict, dataclass
 
 import fsspec
 
-from lmchallenge.corpus import READ_ERRORS, Message, decode_lines, first_non_blank, parse_json_row
+from lmchallenge.corpus import (READ_ERRORS, Message, decode_lines, first_non_blank, is_stream,
+                                 parse_json_row)
 from lmchallenge.corpus import detect_format as corpus_format_of
 from lmchallenge.errors import InputError
 
@@ -211,6 +212,10 @@ def scan(path: str, fmt: str, size: int | PartitionSize | ForCluster, train: boo
         raise ValueError("the partition size must be positive")
     if cost is None and (isinstance(size, ForCluster) or size.unit == "queries"):
         raise ValueError("sizing in queries needs the game's query estimate")
+    if is_stream(path):
+        raise InputError(path, None, "a pipe or standard input, not a file: lmc-dist reads the "
+                                     "corpus by byte ranges on the workers; write it to a file "
+                                     "first (lmc run reads pipes)")
     try:
         fmt = detect_format(path) if fmt == "auto" else fmt
         sha256 = _sha256_of(path)

@@ -19,6 +19,8 @@ import contextlib
 import gzip
 import itertools
 import json
+import os
+import stat
 import sys
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -67,6 +69,21 @@ def open_binary(path: str) -> contextlib.AbstractContextManager[BinaryIO]:
     if path.endswith((".gz", ".gzip")):
         return gzip.open(path, "rb")  # type: ignore[return-value]
     return open(path, "rb")
+
+
+def is_stream(path: str) -> bool:
+    """Whether ``path`` can be read only once: ``-`` (standard input), a pipe (a named FIFO,
+    bash's ``<(...)``, ``/dev/stdin``), a character device or a socket.  A path that does not
+    exist, a URL, a regular file or a directory is not."""
+    if path == "-":
+        return True
+    if "://" in path:
+        return False
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)
 
 
 def whole_line_blocks(read: Callable[[int], bytes], size: int = 1 << 16) -> Iterator[bytes]:

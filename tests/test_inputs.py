@@ -393,3 +393,48 @@ def test_an_unreachable_scheduler_is_one_line_and_a_bad_corpus_is_named_first(
     expected = "lmc-dist: error: " + message.format(address=address, corpus=corpus)
     assert result.stderr.decode().startswith(expected), result.stderr.decode()
     assert result.stderr.decode().count("\n") == 1, result.stderr.decode()
+
+
+# -- a corpus that can be read only once (a pipe) --------------------------------------------
+
+def fifo_of(tmp_path: Path, data: bytes) -> tuple[Path, "threading.Thread"]:
+    """A named pipe that a thread fills with ``data`` once a reader opens it."""
+    import threading
+
+    fifo = tmp_path / "corpus.fifo"
+    os.mkfifo(fifo)
+
+    def fill() -> None:
+        try:
+            with open(fifo, "wb") as f:
+                f.write(data)
+        except BrokenPipeError:
+            pass
+
+    writer = threading.Thread(target=fill, daemon=True)
+    writer.start()
+    return fifo, writer
+
+
+def test_lmc_run_reads_a_pipe_corpus_once_and_logs_all_of_it(tmp_path):
+    corpus = b"".join(SAMPLE.read_bytes().splitlines(keepends=True)[:6])
+    (tmp_path / "c.txt").write_bytes(corpus)
+    from_file = run(LMC, "run", toy_model_command(), "we", str(tmp_path / "c.txt"))
+    fifo, writer = fifo_of(tmp_path, corpus)
+    from_pipe = run(LMC, "run", toy_model_command(), "we", str(fifo))
+    writer.join(5)
+    assert from_pipe.returncode == 0, from_pipe.stderr.decode()
+    assert from_pipe.stdout == from_file.stdout and from_file.stdout.count(b"\n") > 50
+
+
+def test_lmc_dist_refuses_a_pipe_corpus_before_making_the_run_dir(tmp_path):
+    fifo, writer = fifo_of(tmp_path, b"in the beginning\n")
+    result = run(LMC_DIST, "run", toy_model_command(), "we", "--input", str(fifo),
+                 "--run-dir", str(tmp_path / "rd"), "--workers", "1")
+    assert_error(result, f"{fifo}: a pipe or standard input, not a file: lmc-dist reads the "
+                         "corpus by byte ranges on the workers; write it to a file first (lmc run "
+                         "reads pipes)", prog="lmc-dist")
+    assert not (tmp_path / "rd").exists()
+    with open(fifo, "rb"):   # let the writer finish
+        pass
+    writer.join(5)

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from lmchallenge.corpus import Message, read_corpus
+from lmchallenge.corpus import Message, is_stream, read_corpus
 from lmchallenge.games.runner import run_game
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.logs.files import check_writable
@@ -43,8 +43,10 @@ class RunJob:
 
 def validated_messages(path: str, fmt: str) -> tuple[int, Iterator[Message] | list[Message]]:
     """Check the whole corpus before the model starts (so bad input costs no model time and
-    leaves no half-written output); returns the message count and a fresh message source."""
-    if path == "-":
+    leaves no half-written output); returns the message count and a fresh message source.
+    Standard input and pipes (:func:`lmchallenge.corpus.is_stream`) are read once, into
+    memory; a file is read twice."""
+    if is_stream(path):
         messages = list(read_corpus(path, fmt))
         return len(messages), messages
     count = sum(1 for _ in read_corpus(path, fmt))
