@@ -38,7 +38,8 @@ class ModelError(LmcError):
         reason: what went wrong (the same words wherever in the corpus it happened).
         stderr_tail: the last lines the model wrote to stderr ('' if none; None for an
             in-process model, which has no stderr of its own).
-        where: the user/message/token being evaluated, if known.
+        where: the user/message/token being evaluated, if known (None); '' where no token
+            is to blame (a model that wrote more answer lines than it was asked).
         in_flight: every request sent and not answered when the model failed, oldest first
             (each cut to :data:`SHOWN_REQUEST` characters); empty when only ``query`` was.
         answer_line: the number of the failing answer line in the model's output (from 1),

@@ -403,3 +403,43 @@ def test_a_python_model_sets_its_predict_batch_size(tmp_path, attribute, scores)
     result = lmc("run", "sized:Sized", "we", stdin=b"a b c d e\n", cwd=tmp_path)
     assert result.returncode == 0, result.stderr.decode()
     assert [json.loads(line)["logp"] for line in result.stdout.splitlines()] == scores
+
+
+# -- more answer lines than requests ------------------------------------------------------------
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_a_model_answering_twice_fails_every_time_and_leaves_no_log(tmp_path, attempt):
+    # every request fits the first window: the extra lines come after the last one asked for,
+    # which lmc run reads to the model's end before it takes the log as complete
+    out = tmp_path / "log.jsonl"
+    model = toy("--mode", "twice")
+    text = failed(lmc("run", "--output", str(out), model, "we",
+                      stdin=b"the lord is my shepherd\nand god said\n"))
+    assert text.startswith(f"lmc: error: model {model!r}: answered more lines than it was asked: ")
+    assert "while evaluating" not in text   # no token to blame: the answers went out of step
+    assert not out.exists()
+
+
+def test_a_line_written_at_exit_is_an_extra_answer():
+    model = toy("--at-exit", "goodbye")
+    text = failed(lmc("run", model, "we", stdin=b"the lord\n"))
+    assert text.startswith(f"lmc: error: model {model!r}: answered more lines than it was asked: "
+                           "'goodbye'\nanswer line 3\n")
+
+
+def test_a_persistent_model_s_extra_line_is_not_taken_for_the_next_answer():
+    # lmc-dist keeps a model across partitions: one stream's extra answer line must fail the
+    # next stream, not answer its first request
+    import time
+
+    model = ShellModel(toy_model_command("--mode", "twice", "--after", "1", "--delay", "0.3"),
+                       timeout=10)
+    try:
+        first = list(model.stream([Predict("the ", ["lord"]), Predict("the lord ", ["is"])]))
+        assert [r[0][0] for r in first] == ["lord", "is"]   # before the copy of "is" came
+        time.sleep(0.6)   # now it has
+        with pytest.raises(ModelError, match="answered more lines than it was asked: 'is"):
+            list(model.stream([Predict("the lord is ", ["my"])]))
+    finally:
+        model.kill()
+        model.close()

@@ -7,6 +7,7 @@ import logging
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from lmchallenge.corpus import Message, is_stream, read_corpus
 from lmchallenge.games.runner import run_game
@@ -14,6 +15,7 @@ from lmchallenge.games.spec import GameSpec
 from lmchallenge.logs.files import check_writable
 from lmchallenge.logs.io import write_log
 from lmchallenge.logs.jsonl import write_jsonlines
+from lmchallenge.model.shell import ShellModel
 from lmchallenge.model.spec import PredictorSpec, close_model
 from lmchallenge.progress import TokenProgress
 
@@ -53,6 +55,14 @@ def validated_messages(path: str, fmt: str) -> tuple[int, Iterator[Message] | li
     return count, read_corpus(path, fmt)
 
 
+def finished(log: Iterator[Any], model: Any) -> Iterator[Any]:
+    """``log``, then, for a shell model, :meth:`ShellModel.finish` (it answered no more than
+    it was asked), before whoever consumes the log takes it as complete."""
+    yield from log
+    if isinstance(model, ShellModel):
+        model.finish()
+
+
 def execute(job: RunJob) -> int:
     """Run ``job``; returns the number of log datums written.
 
@@ -67,8 +77,8 @@ def execute(job: RunJob) -> int:
     progress = TokenProgress(total)
     model = job.predictor.create(echo_stderr=LOG.isEnabledFor(logging.INFO))
     try:
-        log = progress.tokens_of(run_game(game, model, progress.messages_of(messages),
-                                          train=job.train))
+        log = finished(progress.tokens_of(run_game(game, model, progress.messages_of(messages),
+                                                   train=job.train)), model)
         if job.output == "-":
             n = write_jsonlines(log, sys.stdout)
         else:

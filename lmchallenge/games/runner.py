@@ -111,7 +111,7 @@ def run_game(game: Game, model: Any, messages: Iterable[Message], train: bool = 
                 yield datum
             del answers[:used]
     except ModelError as e:
-        if pending:
+        if pending and e.where is None:
             raise e.with_where(_where(pending, len(answers), len(e.in_flight))) from None
         raise
 

@@ -247,6 +247,7 @@ class ShellModel(Model):
         """
         requests = iter(requests)
         in_fd, out_fd = self._in_fd, self._out_fd
+        self._check_nothing_more(b"")   # left from an earlier stream: not these requests' answers
         sent: list[str] = []   # predict lines sent; the first `answered` have their answer
         answered = 0
         outbox = bytearray()
@@ -282,6 +283,7 @@ class ShellModel(Model):
                     deadline = 0.0
             if answered == len(sent) and not outbox:
                 if exhausted:
+                    self._check_nothing_more(inbox)
                     return
                 continue
             now = time.monotonic()
@@ -320,8 +322,7 @@ class ShellModel(Model):
                     lines, late = self._utf8_lines(data, e, in_flight)
                 if len(lines) > len(sent) - answered:
                     extra = len(sent) - answered
-                    raise self._failure(f"answered more lines than it was asked: "
-                                        f"{lines[extra][:200]!r}", in_flight(extra), extra)
+                    raise self._more_than_asked(lines[extra], extra)
                 answers, error = self._parse_answers(lines, in_flight)
                 error = error or late
                 if answers:
@@ -386,6 +387,49 @@ class ShellModel(Model):
         line = data[start:].split(b"\n", 1)[0]
         return good, self._failure(f"answer is not UTF-8 (byte {error.start - start}): "
                                    f"{line[:200]!r}", in_flight(len(good)), len(good))
+
+    def _check_nothing_more(self, inbox: bytes) -> None:
+        """Raise if the model has written more than the answers asked for (``inbox``: what was
+        read after the last of them; else what is ready to read now, without waiting):
+        an extra line would be taken for the answer to the next request."""
+        if not inbox and select.select([self._out_fd], [], [], 0)[0]:
+            inbox = os.read(self._out_fd, 1 << 16)   # b"": it exited; the next request says so
+        if inbox:
+            raise self._more_than_asked(inbox.split(b"\n", 1)[0].decode("utf-8", "replace"))
+
+    def _more_than_asked(self, line: str, skip: int = 0) -> ModelError:
+        """The error for an answer ``line`` beyond every request sent, ``skip`` lines after
+        the answer lines read so far."""
+        error = self._failure(f"answered more lines than it was asked: {line[:200]!r}", (), skip)
+        error.where = ""   # no token to name: the answers went out of step before this line
+        return error
+
+    def finish(self) -> None:
+        """End the session after the last answer, checking that the model answered no more
+        than it was asked: close its input and read its output to the end (it must exit, or
+        close its output, within ``timeout``), then :meth:`close`.
+
+        Raises:
+            ModelError: it wrote more (its first extra line is named).
+        """
+        if self._closed:
+            return
+        try:
+            self._proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        rest, deadline = b"", time.monotonic() + self.timeout
+        while len(rest) < (1 << 16):
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._out_fd], [], [], left)[0]:
+                break
+            chunk = os.read(self._out_fd, 1 << 16)
+            if not chunk:
+                break
+            rest += chunk
+        if rest:
+            raise self._more_than_asked(rest.split(b"\n", 1)[0].decode("utf-8", "replace"))
+        self.close()
 
     def close(self) -> None:
         """Close the model's stdin and wait for it to exit (killed after ``timeout``)."""

@@ -1,7 +1,7 @@
 """A deterministic toy model speaking the LM Challenge line protocol, for tests.
 
 Usage: python toy_model.py [--mode normal|exit|hang|garbage|flood|silent-exit|answer|trickle|
-                             close-stdout] [--after N]
+                             close-stdout|twice] [--after N] [--at-exit TEXT]
 
 normal: predict without candidates -> a fixed word list filtered by the typed prefix,
         scores -1, -2, ...; with candidates -> score -(len(candidate) + len(context) % 3),
@@ -13,7 +13,9 @@ The other modes behave normally for N predicts, then: exit with code 3 (exit), s
 answering (hang), answer a malformed line (garbage); flood writes 100 kB to stderr before each
 answer; silent-exit exits with code 0; answer writes --answer (with \\t for TAB) instead of
 its answer; trickle writes its answer one byte every --delay seconds; close-stdout closes its
-standard output and sleeps for an hour.
+standard output and sleeps for an hour; twice writes each answer twice (the copy --delay
+seconds after the answer).
+--at-exit TEXT writes TEXT as a line to standard output when its input ends.
 --stderr-bytes B writes B bytes of lines to stderr before each answer (any mode), and
 --tally FILE the number of bytes it wrote to stderr to FILE when its input ends.
 """
@@ -40,6 +42,7 @@ def main() -> None:
     parser.add_argument("--answer", default="", help="the answer line of --mode answer")
     parser.add_argument("--stderr-bytes", type=int, default=0)
     parser.add_argument("--tally", default=None)
+    parser.add_argument("--at-exit", default=None)
     args = parser.parse_args()
     counted = open(f"{args.count_file}.{os.getpid()}", "a", encoding="utf-8") if args.count_file else None
     trained: set[str] = set()
@@ -99,7 +102,7 @@ def main() -> None:
             if os.path.exists(args.crash_if_exists):
                 sys.stderr.write(f"toy model: crashing on {args.crash_word!r}\n")
                 sys.exit(3)
-        if args.delay and args.mode != "trickle":
+        if args.delay and args.mode not in ("trickle", "twice"):
             import time
             time.sleep(args.delay)
         candidates = parts[2:]
@@ -120,7 +123,15 @@ def main() -> None:
         else:
             out.write(answer)
             out.flush()
+            if args.mode == "twice" and answered >= args.after:
+                import time
+                time.sleep(args.delay)
+                out.write(answer)
+                out.flush()
         answered += 1
+    if args.at_exit is not None:
+        out.write(args.at_exit + "\n")
+        out.flush()
     if args.tally:
         with open(args.tally, "w") as f:
             f.write(str(written))
