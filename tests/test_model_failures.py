@@ -93,6 +93,33 @@ def test_an_in_process_model_with_a_non_finite_score(tmp_path):
     assert "model stderr" not in text
 
 
+@pytest.mark.parametrize("game, body, shown", [
+    ("we", "return [(c, 'abc') for c in candidates]", "[('a', 'abc')]: the score of 'a' is not a number ('abc')"),
+    ("we", "return [(c, True) for c in candidates]", "[('a', True)]: the score of 'a' is not a number (True)"),
+    ("wr", "return [(c, '-1') for c in candidates]", ": the score of "),
+    ("wc", "return [(5, -1.0)]", "[(5, -1.0)]: the text 5 is not a string"),
+    ("wc", "return [('a', -1.0, 0)]", "[('a', -1.0, 0)]: ('a', -1.0, 0) is not a (text, score) pair"),
+    ("wc", "return None", "None: expected (text, score) pairs, got NoneType"),
+    ("wc", "return [('a', 'x')]", "[('a', 'x')]: the score of 'a' is not a number ('x')"),
+])
+def test_an_in_process_model_s_malformed_answer_is_named_and_nothing_is_written(
+        tmp_path, game, body, shown):
+    out = tmp_path / "log.jsonl"
+    extra = [str(REPO / "data" / "vocab" / "american-english.no-possessive.txt")] if game == "wr" else []
+    text = failed(in_process(tmp_path, "badmodel:Bad", "predict", body, "--output", str(out),
+                             game, *extra, stdin=b"a b\n"))
+    assert text.startswith("lmc: error: model 'badmodel:Bad': malformed answer ")
+    assert shown in text.split("\n")[0]
+    assert not out.exists()
+
+
+def test_an_in_process_model_may_leave_wc_continuations_unscored(tmp_path):
+    result = in_process(tmp_path, "unscored:Unscored", "predict",
+                        "return [('b', None), ('a', -1.0), ('c', -0.5)]", "wc", stdin=b"a\n")
+    assert result.returncode == 0, result.stderr.decode()
+    assert json.loads(result.stdout)["completions"][0] == ["b", "a", "c"]   # the model's order
+
+
 # -- lmc validate and the log writer ------------------------------------------------------------
 
 DATUM = '{"character": 0, "message": 0, "target": "a", "token": 0, "user": null'

@@ -20,12 +20,17 @@ from lmchallenge.tokenize import Token, find_tokens, word_tokenizer
 
 
 def ranked(answer: Result) -> list[str]:
-    """The continuations of an answer, highest score first (ties keep the model's order)."""
+    """The continuations of an answer, highest score first (ties keep the model's order); an
+    answer with a ``None`` score (an in-process model's unscored continuation, which LM
+    Challenge 5.x's ``wc`` allows) keeps the model's order."""
     previous = math.inf
-    for _, score in answer:
-        if not score <= previous:  # out of order or NaN (rare): sort, stably
-            return [text for text, _ in sorted(answer, key=lambda pair: -pair[1])]
-        previous = score
+    try:
+        for _, score in answer:
+            if not score <= previous:  # out of order or NaN (rare): sort, stably
+                return [text for text, _ in sorted(answer, key=lambda pair: -pair[1])]
+            previous = score
+    except TypeError:   # a None score met (compared or sorted)
+        pass
     return [text for text, _ in answer]
 
 

@@ -142,7 +142,11 @@ class InProcessModel:
             raise self._error(f"{method} raised {type(e).__name__}: {e}", request) from e
 
     def _answer(self, request: Predict, answer: Iterable[tuple[str, float]]) -> Result:
-        result = list(answer)
+        try:
+            result = list(answer)
+        except TypeError:
+            raise self._error(f"malformed answer {_shorten(repr(answer))}: expected (text, score) "
+                              f"pairs, got {type(answer).__name__}", request) from None
         try:
             check_result(result)
         except ValueError as e:

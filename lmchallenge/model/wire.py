@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -128,19 +129,28 @@ def _check_finite(texts: list[str], scores: list[str]) -> None:
             raise ValueError(f"the score of {text!r} is not a finite number ({score!r})")
 
 
-def check_result(result: Result) -> None:
-    """Raise ``ValueError`` if a score of ``result`` (an in-process model's answer) is a
-    number that is not finite (``None`` and other non-numbers are left to the game)."""
-    scores = [score for _, score in result]
-    try:
-        total = sum(scores)
-        if total - total == 0:
-            return
-    except TypeError:
-        pass
-    for text, score in result:
-        if isinstance(score, (int, float)) and not math.isfinite(score):
+def check_result(result: Sequence) -> None:
+    """Raise ``ValueError`` unless ``result`` (an in-process model's answer, a list) is
+    ``(text, score)`` pairs, each text a string and each score ``None`` (no score, as
+    LM Challenge 5.x's ``wc`` allows) or a finite real number (not a bool)."""
+    for item in result:
+        try:
+            text, score = item
+        except (TypeError, ValueError):
+            raise ValueError(f"{_shown(item)} is not a (text, score) pair") from None
+        if not isinstance(text, str):
+            raise ValueError(f"the text {_shown(text)} is not a string")
+        if score is None or (type(score) is float and score - score == 0):
+            continue
+        if isinstance(score, bool) or not isinstance(score, numbers.Real):
+            raise ValueError(f"the score of {text!r} is not a number ({_shown(score)})")
+        if not math.isfinite(score):
             raise ValueError(f"the score of {text!r} is not a finite number ({score!r})")
+
+
+def _shown(value: object, most: int = 100) -> str:
+    text = repr(value)
+    return text if len(text) <= most else text[:most] + "..."
 
 
 def has_duplicates(result: Result) -> bool:
