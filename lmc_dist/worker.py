@@ -8,6 +8,7 @@ discarded after a failure so the next partition starts a fresh one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -203,6 +204,8 @@ def evaluate_partition(task: PartitionTask) -> PartitionOutcome:
     Raises:
         ModelError: the model failed (naming user/message/token; the model is discarded).
         InputError: the partition's bytes are malformed.
+        LmcError: its log, written, cannot be read back (the file is removed again: a
+            ``--resume`` computes the partition anew).
     """
     existing = finished_part(task.run_dir, os.path.basename(task.output_path))
     if existing is not None:
@@ -223,7 +226,12 @@ def evaluate_partition(task: PartitionTask) -> PartitionOutcome:
     # the state column-wise from the file just written (in the page cache): 0.4 us a row of
     # Parquet, 2.8 of .jsonl.gz, against 5.5-6.3 us a datum fed one by one (BENCHMARKS.md,
     # "scaling", CPU per token)
-    state = state_of_log(task.output_path)
+    try:
+        state = state_of_log(task.output_path)
+    except BaseException:     # a file that cannot be read back is not a finished partition
+        with contextlib.suppress(OSError):
+            os.remove(task.output_path)
+        raise
     pool.freeze_heap_once()
     return PartitionOutcome(index=task.partition.index, rows=rows,
                             characters=task.partition.characters,

@@ -392,3 +392,34 @@ def test_a_lock_on_a_removed_lock_file_is_taken_again(tmp_path, monkeypatch):
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)   # the lock at the path is held
     for descriptor in (other, fd):
         os.close(descriptor)
+
+
+def test_a_partition_whose_file_cannot_be_read_back_leaves_no_file(tmp_path, monkeypatch):
+    """A part file is a finished partition to every reader and to ``--resume``: if its
+    statistics cannot be read back, it must not stay (it would be skipped for ever)."""
+    from lmchallenge.errors import InputError
+    from lmchallenge.games.spec import GameSpec
+    from lmchallenge.model.spec import PredictorSpec
+    from lmc_dist import worker
+    from lmc_dist.partition import scan
+
+    corpus = tagged_corpus(tmp_path / "corpus.txt", 5)
+    run_dir = tmp_path / "run"
+    (run_dir / "_temporary").mkdir(parents=True)
+    partition = scan(str(corpus), "text", 10_000, False, str(tmp_path)).partitions[0]
+    task = worker.PartitionTask(run_dir=str(run_dir), input_path=str(corpus),
+                                corpus_name=str(corpus), corpus_format="text",
+                                partition=partition, game=GameSpec("we"),
+                                predictor=PredictorSpec(toy_model_command()), train=False)
+
+    def unreadable(path):
+        raise InputError(path, 1, "cannot be read back")
+
+    monkeypatch.setattr(worker, "state_of_log", unreadable)
+    with pytest.raises(InputError, match="cannot be read back"):
+        worker.evaluate_partition(task)
+    assert not os.path.exists(task.output_path) and list((run_dir / "_temporary").iterdir()) == []
+    monkeypatch.undo()
+    outcome = worker.evaluate_partition(task)     # computed anew, as --resume would
+    assert outcome.rows > 0 and os.path.exists(task.output_path)
+    worker.current_pool().close_all()
