@@ -337,3 +337,21 @@ def test_the_documented_differences_from_lm_challenge_5_2(reference_lmc):
     ours, ref = our_log(marked_up(rows), "-t"), reference_log(reference_lmc, marked_up(rows), "-t")
     assert [d["logp"] for d in ours] == [-5.0, -5.0, -4.0, 0.0]
     assert ref == [d | {"logp": 0.0} if (d["message"], d["token"]) == (1, 0) else d for d in ours]
+
+
+def test_lmc_run_whose_output_closes_early_does_not_wait_for_its_model(tmp_path):
+    # `lmc run ... | head`: the log's reader goes away with many answers unread; the model,
+    # blocked writing them, would never see its input end: it is killed, not waited for
+    # (--timeout, here 300 s, beyond this test's limit)
+    import shlex
+
+    corpus, text, model = tmp_path / "c.txt", tmp_path / "train.txt", tmp_path / "small.lm"
+    corpus.write_bytes(lines_of(DATA / "kjv" / "test.sample.txt", 300))
+    with gzip.open(DATA / "kjv" / "train.txt.gz", "rb") as f:
+        text.write_bytes(b"".join(f.readline() for _ in range(3000)))
+    ngram = str(Path(lmc_command()[0]).with_name("lmc-ngram"))
+    subprocess.run([ngram, "train", str(text), "-o", str(model)], check=True, timeout=120)
+    argv = [*lmc_command(), "run", "--timeout", "300", f"{ngram} serve {model}", "wc", str(corpus)]
+    result = subprocess.run(["sh", "-c", f"{shlex.join(argv)} | head -c 100"], capture_output=True,
+                            timeout=100)
+    assert len(result.stdout) == 100 and b"Traceback" not in result.stderr

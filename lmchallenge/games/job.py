@@ -83,6 +83,10 @@ def execute(job: RunJob) -> int:
             n = write_jsonlines(log, sys.stdout)
         else:
             n = write_log(log, job.output, game=job.game.name)
+    except BaseException:
+        if isinstance(model, ShellModel):   # interrupted, its answers unread, or failed: it
+            model.kill()                    # must not be waited for (a full pipe blocks it)
+        raise
     finally:
         progress.close()
         close_model(model)
