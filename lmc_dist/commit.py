@@ -5,7 +5,7 @@ The layout and what readers take from it are described in :mod:`lmchallenge.logs
 1. :func:`locked` takes the run dir's lock (``fcntl.flock`` on ``.lmc-dist.lock``, held
    until the run ends; the kernel drops it when the process dies, however it dies), and
    refuses a directory holding files lmc-dist did not write when it has no manifest;
-2. :func:`begin` writes ``RUN-NOT-FINISHED`` (the run is not a log until it commits);
+2. :func:`begin` writes ``RUN-NOT-FINISHED.parquet`` (the run is not a log until it commits);
 3. workers write each partition into ``_temporary/`` (hidden temporary name, then a rename):
    the file in place is the record that the partition is done;
 4. :func:`commit` writes ``_stats.json``, moves the parts to the top level, sets the
@@ -28,7 +28,7 @@ from typing import Any
 
 from lmchallenge.errors import LmcError
 from lmchallenge.logs.files import atomic_path
-from lmchallenge.logs.rundir import LOCK, MANIFEST, STATS, TEMPORARY, UNFINISHED
+from lmchallenge.logs.rundir import LEGACY_UNFINISHED, LOCK, MANIFEST, STATS, TEMPORARY, UNFINISHED
 
 from lmc_dist import manifest as mf
 
@@ -41,8 +41,9 @@ UNFINISHED_NOTE = (
     "This lmc-dist run has not finished: its finished partitions are in _temporary/ and\n"
     "_manifest.json says which. Finish it with `lmc-dist run ... --resume` (the same command\n"
     "and options), or read what is done with `lmc stats --partial` / `lmc-dist stats --partial`.\n"
-    "This file is removed when the run commits; until then pandas.read_parquet() of this\n"
-    "directory fails here rather than read a part of the run as if it were all of it.\n")
+    "This file is removed when the run commits; until then reading this directory as Parquet\n"
+    "(pandas, Dask, a glob of *.parquet) fails here rather than read a part of the run as if\n"
+    "it were all of it.\n")
 
 
 INPUT_COPY = "_input.plain"
@@ -146,7 +147,8 @@ def _refuse_foreign(run_dir: str) -> None:
     if os.path.exists(os.path.join(run_dir, MANIFEST)):
         return
     foreign = sorted(name for name in os.listdir(run_dir)
-                     if name not in (LOCK, UNFINISHED, INPUT_COPY, TEMPORARY) and not is_own_leftover(name))
+                     if name not in (LOCK, UNFINISHED, LEGACY_UNFINISHED, INPUT_COPY, TEMPORARY)
+                     and not is_own_leftover(name))
     with contextlib.suppress(FileNotFoundError, NotADirectoryError):   # parts of no known run
         foreign += sorted(f"{TEMPORARY}/{name}" for name in os.listdir(temporary_dir(run_dir))
                           if not is_own_leftover(name))
@@ -202,8 +204,9 @@ def commit(run_dir: str, manifest: dict[str, Any], stats: dict[str, Any]) -> Non
             os.replace(source, os.path.join(run_dir, entry["file"]))
     manifest["finished"] = manifest.get("finished") or mf.now()   # a resumed finished run keeps its time
     mf.save(run_dir, manifest)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(os.path.join(run_dir, UNFINISHED))
+    for note in (UNFINISHED, LEGACY_UNFINISHED):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(run_dir, note))
     remove_leftovers(run_dir)
     with contextlib.suppress(FileNotFoundError, OSError):
         os.rmdir(temporary_dir(run_dir))      # only if empty: never a file we did not write

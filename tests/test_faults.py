@@ -117,7 +117,7 @@ def trial(tmp_path: Path, reference, kind: str, parts: int, after: float) -> Non
     # killed after the commit point (the manifest's "finished") but before the tidying: the run
     # is finished for lmc's readers, and pandas still refuses it (RUN-NOT-FINISHED) until
     # --resume tidies up
-    untidy = (run_dir / "RUN-NOT-FINISHED").exists() or (run_dir / "_temporary").exists()
+    untidy = (run_dir / "RUN-NOT-FINISHED.parquet").exists() or (run_dir / "_temporary").exists()
     if is_finished(run_dir) and untidy:
         stats = json.loads(lmc("stats", str(run_dir)).stdout)
         del stats["log"]

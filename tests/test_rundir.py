@@ -129,10 +129,18 @@ def test_partial_reads_what_is_done_and_says_so(unfinished, tmp_path):
     assert lmc("validate", "--partial", str(run_dir)).returncode == 0
 
 
-def test_pandas_never_reads_an_unfinished_run_as_a_whole(unfinished):
+def test_parquet_readers_never_read_an_unfinished_run_as_a_whole(unfinished):
+    import glob
+
+    import dask.dataframe as dd
+
     _, run_dir, *_ = unfinished
     with pytest.raises(pa.ArrowInvalid, match="RUN-NOT-FINISHED"):
         pd.read_parquet(run_dir)
+    with pytest.raises(Exception, match="RUN-NOT-FINISHED"):   # it reads _temporary/ too
+        len(dd.read_parquet(run_dir))
+    with pytest.raises(pa.ArrowInvalid, match="RUN-NOT-FINISHED"):   # Polars, DuckDB: a glob
+        pd.concat(pd.read_parquet(p) for p in sorted(glob.glob(f"{run_dir}/*.parquet")))
 
 
 def test_resume_recomputes_only_the_unfinished_partition(unfinished, tmp_path):
@@ -334,7 +342,7 @@ def test_a_run_killed_after_its_commit_point_is_tidied_by_resume(tmp_path):
     assert subprocess.run(argv, capture_output=True, timeout=300).returncode == 0
     finished = json.loads((run_dir / "_manifest.json").read_text())["finished"]
     stats = json.loads(lmc("stats", str(run_dir)).stdout)
-    (run_dir / "RUN-NOT-FINISHED").write_text("left by a run killed after its commit point\n")
+    (run_dir / "RUN-NOT-FINISHED.parquet").write_text("left by a run killed after its commit point\n")
     (run_dir / "_temporary").mkdir()
     assert json.loads(lmc("stats", str(run_dir)).stdout) == stats
     with pytest.raises(Exception, match="RUN-NOT-FINISHED"):

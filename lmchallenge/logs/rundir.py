@@ -11,15 +11,18 @@ a success marker at the end; Delta Lake keeps a commit log in the same spirit)::
         part-NNNNN.parquet  (or ``.jsonl.gz``), each written to a hidden temporary name and
                             renamed into place when whole: a file here *is* the record that
                             its partition is done
-      RUN-NOT-FINISHED      a plain-text note, present from the run's start until it commits:
-                            it makes ``pandas.read_parquet(RUN_DIR)`` (PyArrow) fail loudly
-                            instead of returning a subset (PyArrow reads every name that does
-                            not start with ``_`` or ``.`` as Parquet)
+      RUN-NOT-FINISHED.parquet
+                            a plain-text note, present from the run's start until it commits:
+                            every Parquet reader fails on it loudly instead of returning a
+                            subset: ``pandas.read_parquet(RUN_DIR)`` (PyArrow reads every name
+                            that does not start with ``_`` or ``.``), Dask's ``read_parquet``
+                            (every ``*.parquet`` below, ``_temporary/`` included), globs of
+                            ``RUN_DIR/*.parquet`` (Polars, DuckDB)
       .lmc-dist.lock        the writer's lock (``fcntl.flock``; held only while a run runs)
 
 Commit, in this order: every partition done -> ``_stats.json`` written -> each part file
 renamed from ``_temporary/`` to ``RUN_DIR/`` -> ``_manifest.json`` rewritten with
-``"finished"`` set (the commit point) -> ``RUN-NOT-FINISHED`` and the empty ``_temporary/``
+``"finished"`` set (the commit point) -> the note and the empty ``_temporary/``
 removed.  A finished run dir therefore holds exactly ``part-NNNNN.*``, ``_manifest.json`` and
 ``_stats.json`` (and the hidden lock file).  A crash anywhere before the commit point leaves
 an unfinished run that ``lmc-dist run --resume`` completes without recomputing a finished
@@ -49,7 +52,9 @@ from lmchallenge.errors import InputError
 MANIFEST = "_manifest.json"
 STATS = "_stats.json"
 TEMPORARY = "_temporary"
-UNFINISHED = "RUN-NOT-FINISHED"
+UNFINISHED = "RUN-NOT-FINISHED.parquet"
+LEGACY_UNFINISHED = "RUN-NOT-FINISHED"
+"""The note's name before Dask's reader was taken into account (removed too at commit)."""
 LOCK = ".lmc-dist.lock"
 PART_GLOBS = ("part-*.parquet", "part-*.jsonl.gz", "part-*.jsonl")
 
