@@ -47,8 +47,7 @@ from lmc_dist.resources import Resources, require_offered
 from lmc_dist.quiet import (TASK_PREFIX, client_filters, quiet_interruption, sigint_deferred,
                             start_without_sigint)
 from lmc_dist.sizing import ForCluster, PartitionSize, query_cost, recorded_size
-from lmc_dist.worker import (PLUGIN_NAME, ModelPool, PartitionTask, evaluate_partition, part_name,
-                             state_of_existing_part)
+from lmc_dist.worker import PLUGIN_NAME, ModelPool, PartitionTask, evaluate_partition, part_name
 
 LOG = logging.getLogger(__name__)
 DEFAULT_PARTITION_CHARS = 100_000
@@ -358,7 +357,7 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
         mf.check_resumable(old, manifest)
         manifest["started"] = old.get("started", manifest["started"])
         manifest["finished"] = old.get("finished")
-    done = _finished_partitions(job.run_dir, old, manifest)
+    _finished_partitions(job.run_dir, old, manifest)
     if not manifest["finished"]:
         commit.begin(job.run_dir)
     commit.remove_leftovers(job.run_dir)
@@ -374,7 +373,7 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
     workers = workers_of(client, job) or (job.workers or 1)
     if client.dashboard_link and _dashboard_address() is not None or job.scheduler:
         LOG.warning("dask dashboard: %s", client.dashboard_link)
-    outcomes, errors = _run_partitions(client, job, tasks, done, manifest)
+    outcomes, errors = _run_partitions(client, job, tasks, manifest)
     stats = None if errors else _finish(client, job, [outcomes[i] for i in range(len(tasks))],
                                         manifest)
     tokens = sum(p.get("rows") or 0 for p in manifest["partitions"] if p["state"] == "done")
@@ -412,12 +411,10 @@ def _finish(client: Client, job: DistJob, outcomes: list[Any], manifest: dict[st
     return stats
 
 
-def _finished_partitions(run_dir: str, old: dict[str, Any] | None,
-                         manifest: dict[str, Any]) -> dict[int, str]:
-    """The partitions whose files are in place (a file in place is whole: it was renamed
-    there when written), by index, with the file's path; their entries of the old manifest
-    (rows, timings) are carried into ``manifest``."""
-    done: dict[int, str] = {}
+def _finished_partitions(run_dir: str, old: dict[str, Any] | None, manifest: dict[str, Any]) -> None:
+    """Mark in ``manifest`` the partitions whose files are in place (a file in place is whole:
+    it was renamed there when written) as done, with their entries of the old manifest (rows,
+    timings)."""
     old_entries = old["partitions"] if old is not None else [None] * len(manifest["partitions"])
     for entry, new_entry in zip(old_entries, manifest["partitions"]):
         found = finished_part(run_dir, new_entry["file"])
@@ -426,8 +423,6 @@ def _finished_partitions(run_dir: str, old: dict[str, Any] | None,
         if entry is not None and entry.get("state") == "done":
             new_entry.update(entry)
         new_entry["state"] = "done"
-        done[new_entry["index"]] = str(found.resolve())
-    return done
 
 
 def write_output(run_dir: str, part_files: list[str], output: str, game: str,
@@ -480,9 +475,10 @@ def summary_now(client: Client, future: Any) -> dict[str, Any]:
     return submit(client, _summary, future, pure=False).result()
 
 
-def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], done: dict[int, str],
+def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask],
                     manifest: dict[str, Any]) -> tuple[dict[int, Any], dict[int, BaseException]]:
-    """Submit every partition (finished ones only re-read their file), track them to the end,
+    """Submit every partition (finished ones only re-read their file, or are made again where
+    it cannot be read), track them to the end,
     recording each in the manifest as soon as its task ends.
 
     Returns:
@@ -499,13 +495,10 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], do
     for rank, task in enumerate(order):
         index = task.partition.index
         key = f"{TASK_PREFIX}part-{index:05d}-{run_id}"
-        if index in done:
-            future = client.submit(state_of_existing_part, done[index], index,
-                                   task.partition.characters, key=key, pure=False)
-        else:
-            future = client.submit(evaluate_partition, task, key=key, pure=False,
-                                   retries=job.retries, priority=len(order) - rank,
-                                   resources=job.resources)
+        # a finished partition's task reads its file back (made again if it cannot be read)
+        future = client.submit(evaluate_partition, task, key=key, pure=False,
+                               retries=job.retries, priority=len(order) - rank,
+                               resources=job.resources)
         futures[future] = index
         outcomes[index] = future
     errors: dict[int, BaseException] = {}

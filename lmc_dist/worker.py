@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import socket
 import threading
@@ -19,6 +20,7 @@ from typing import Any
 
 from distributed import WorkerPlugin, get_worker
 
+from lmchallenge.errors import InputError
 from lmchallenge.tuning import freeze_heap
 from lmchallenge.games.runner import Game, run_game
 from lmchallenge.games.spec import GameSpec
@@ -31,6 +33,7 @@ from lmc_dist import reduce
 from lmc_dist.partition import Partition, read_partition
 from lmc_dist.quiet import quiet_worker
 
+LOG = logging.getLogger(__name__)
 PLUGIN_NAME = "lmc-model-pool"
 PART_GZIP_LEVEL = 1
 """gzip level of ``.jsonl.gz`` partition files: level 1 compresses a wc log about 3x faster
@@ -209,7 +212,14 @@ def evaluate_partition(task: PartitionTask) -> PartitionOutcome:
     """
     existing = finished_part(task.run_dir, os.path.basename(task.output_path))
     if existing is not None:
-        return state_of_existing_part(str(existing), task.partition.index, task.partition.characters)
+        try:
+            return state_of_existing_part(str(existing), task.partition.index,
+                                          task.partition.characters)
+        except InputError as e:     # damaged since it was written: made again, not kept failing
+            LOG.warning("partition %d: its file cannot be read (%s): computing it again",
+                        task.partition.index, e)
+            os.remove(existing)
+            os.makedirs(os.path.dirname(task.output_path), exist_ok=True)   # a finished run's
     began, started = time.time(), time.monotonic()
     pool = current_pool()
     game = pool.game(task.game)

@@ -431,3 +431,26 @@ def test_a_partition_whose_file_cannot_be_read_back_leaves_no_file(tmp_path, mon
     outcome = worker.evaluate_partition(task)     # computed anew, as --resume would
     assert outcome.rows > 0 and os.path.exists(task.output_path)
     worker.current_pool().close_all()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "emptied"])
+def test_resume_makes_again_a_finished_part_that_cannot_be_read(tmp_path, damage):
+    """A part file damaged after the run (a disk error, a copy cut short) failed every
+    ``--resume`` with "fix the cause": it is computed again, with a warning."""
+    corpus = tagged_corpus(tmp_path / "corpus.txt", 20)
+    run_dir = tmp_path / "run"
+    argv = run_args(corpus, run_dir, extra=RUN_OPTIONS)
+    assert subprocess.run(argv, capture_output=True, timeout=300).returncode == 0
+    before = lmc("stats", str(run_dir)).stdout
+    part = run_dir / "part-00002.parquet"
+    with open(part, "r+b") as f:
+        f.truncate(100 if damage == "truncated" else 0)
+    assert lmc("stats", str(run_dir)).returncode == 2
+    resumed = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "partition 2: its file cannot be read (" in resumed.stderr
+    assert "): computing it again" in resumed.stderr
+    assert lmc("stats", str(run_dir)).stdout == before
+    assert sorted(p.name for p in run_dir.iterdir() if p.name != ".lmc-dist.lock") == sorted(
+        ["_manifest.json", "_stats.json", *(f"part-{i:05d}.parquet" for i in range(len(
+            json.loads((run_dir / "_manifest.json").read_text())["partitions"])))])
