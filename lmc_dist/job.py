@@ -36,6 +36,7 @@ from lmchallenge.tuning import DASK_EMBEDDED_CONFIG
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.logs.convert import convert_file, join_logs
 from lmchallenge.logs.rundir import STATS, finished_part
+from lmchallenge.model.files import changed, named_files
 from lmchallenge.model.spec import PredictorSpec
 
 from lmc_dist import commit
@@ -229,7 +230,23 @@ def _identity(job: DistJob, scan_result, old: dict[str, Any] | None) -> dict[str
         out_format=job.out_format,
         part_names=[part_name(p.index, job.out_format) for p in scan_result.partitions])
     manifest["partition_size"] = scan_result.size.to_json()
+    manifest["predictor_files"] = named_files(job.predictor.describe(), job.predictor.options)
     return manifest
+
+
+def _warn_if_the_model_changed(old: dict[str, Any], manifest: dict[str, Any]) -> None:
+    """Warn if a file the model's command names changed since the run being resumed began
+    (its finished partitions were made with the file as it was then); ``manifest`` keeps the
+    stamps the run began with."""
+    before = old.get("predictor_files")
+    if before is None:      # written by an lmc-dist that did not record them
+        return
+    for path in changed(before, manifest["predictor_files"]):
+        LOG.warning("%s changed since this run began (%s): its finished partitions were made "
+                    "with the file as it was; if the model is not the same, use a new --run-dir",
+                    path, "it is gone" if path not in manifest["predictor_files"]
+                    else "another size or modification time")
+    manifest["predictor_files"] = before
 
 
 def partition_size(job: DistJob, old: dict[str, Any] | None) -> int | PartitionSize | ForCluster | None:
@@ -355,6 +372,7 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
     manifest = _identity(job, scanned, old)
     if old is not None:
         mf.check_resumable(old, manifest)
+        _warn_if_the_model_changed(old, manifest)
         manifest["started"] = old.get("started", manifest["started"])
         manifest["finished"] = old.get("finished")
     _finished_partitions(job.run_dir, old, manifest)

@@ -68,6 +68,9 @@ class Manifest(TypedDict):
             times (``finished`` is None until the run commits).
         partitions: one record per partition, in corpus order.
         partition_size: the size the corpus was cut at (:mod:`lmc_dist.sizing`).
+        predictor_files: the files the model's command names (weights, vocabulary), by
+            absolute path, with their size and modification time when the run began
+            (:mod:`lmchallenge.model.files`; ``--resume`` warns if one changed).
     """
 
     game: str
@@ -87,6 +90,7 @@ class Manifest(TypedDict):
     finished: str | None
     partitions: list[PartitionRecord]
     partition_size: NotRequired[dict[str, Any]]
+    predictor_files: NotRequired[dict[str, Any]]
 
 
 IDENTITY_KEYS = ("game", "game_options", "predictor", "corpus_sha256", "corpus_format",

@@ -454,3 +454,42 @@ def test_resume_makes_again_a_finished_part_that_cannot_be_read(tmp_path, damage
     assert sorted(p.name for p in run_dir.iterdir() if p.name != ".lmc-dist.lock") == sorted(
         ["_manifest.json", "_stats.json", *(f"part-{i:05d}.parquet" for i in range(len(
             json.loads((run_dir / "_manifest.json").read_text())["partitions"])))])
+
+
+def test_resume_warns_when_a_file_the_model_names_changed(tmp_path):
+    corpus = tagged_corpus(tmp_path / "corpus.txt", 20)
+    weights = tmp_path / "weights.bin"     # named on the command line (the toy model writes
+    weights.write_bytes(b"v1")             # its count file beside it, not to it)
+    run_dir = tmp_path / "run"
+    argv = run_args(corpus, run_dir, count_file=weights, extra=RUN_OPTIONS)
+    first = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    recorded = json.loads((run_dir / "_manifest.json").read_text())["predictor_files"]
+    assert recorded[str(weights)] == {"bytes": 2, "modified_ns": weights.stat().st_mtime_ns}
+    same = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=300)
+    assert same.returncode == 0 and "changed since this run began" not in same.stderr
+    weights.write_bytes(b"v2, retrained")
+    changed = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=300)
+    assert changed.returncode == 0, changed.stderr
+    assert (f"WARNING\t{weights} changed since this run began (another size or modification "
+            "time): its finished partitions were made with the file as it was; if the model is "
+            "not the same, use a new --run-dir\n") in changed.stderr
+    assert json.loads((run_dir / "_manifest.json").read_text())["predictor_files"] == recorded
+
+
+def test_the_files_a_model_names_are_its_data_not_its_program(tmp_path):
+    from lmchallenge.model.files import named_files
+
+    weights, program, folder = tmp_path / "m.lm", tmp_path / "serve", tmp_path / "hf"
+    weights.write_bytes(b"12345")
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"x" * 10)
+    (tmp_path / "plain-dir").mkdir()
+    found = named_files(f"{program} serve '{weights}' --cache {tmp_path / 'plain-dir'} --nope",
+                        {"model": str(folder), "nested": {"vocab": [str(weights)]}})
+    assert set(found) == {str(weights), str(folder)}
+    assert found[str(weights)]["bytes"] == 5 and found[str(folder)]["bytes"] == 12
+    assert named_files("unbalanced 'quote") == {}
