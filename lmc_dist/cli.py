@@ -16,8 +16,8 @@ from lmchallenge.games.spec import GameSpec
 from lmchallenge.model.spec import PredictorSpec
 from lmchallenge.cli.game_options import wr_options
 from lmchallenge.cli.order import OptionsAfterGame
-from lmchallenge.cli.options import (JsonOption, partial_option, run_command, set_verbosity,
-                                     window_option)
+from lmchallenge.cli.options import (FiniteFloatRange, JsonOption, model_options, partial_option,
+                                     run_command, set_verbosity, window_option)
 from lmchallenge.cli.uncertainty import bootstrap_options, settings_of, wanted
 
 from lmc_dist import reduce
@@ -91,7 +91,8 @@ def run_options(function):
                      help="Also write the whole log here (.jsonl, .jsonl.gz, .parquet)."),
         click.option("-o", "--options", type=JsonOption(), default="{}",
                      help="JSON options of the model, as for lmc run."),
-        click.option("--timeout", type=float, default=60.0, show_default=True,
+        click.option("--timeout", type=FiniteFloatRange(0, min_open=True), default=60.0,
+                     show_default=True,
                      help="Seconds a shell model may take to answer."),
         window_option,
         click.option("--progress/--no-progress", default=None,
@@ -125,9 +126,7 @@ def _execute(ctx, game: GameSpec, kw: dict) -> None:
             raise click.UsageError("give the corpus format once, as --format", ctx)
         logging.getLogger(__name__).warning("--corpus-format is deprecated: write --format %s", old)
         kw["corpus_format"] = old
-    options = kw.pop("options")
-    if not isinstance(options, dict):
-        raise click.BadParameter("must be a JSON object", param_hint="--options")
+    options = model_options(kw.pop("options"))
     predictor = PredictorSpec(ctx.obj["predictor"], options, timeout=kw.pop("timeout"),
                               window=kw.pop("window"))
     uncertainty = {name: kw.pop(name) for name in ("confidence", "resamples", "ci_seed", "ci_method")}

@@ -438,3 +438,27 @@ def test_lmc_dist_refuses_a_pipe_corpus_before_making_the_run_dir(tmp_path):
     with open(fifo, "rb"):   # let the writer finish
         pass
     writer.join(5)
+
+
+@pytest.mark.parametrize("prog, argv, message", [
+    ("lmc", ["--timeout", "-1"], "Invalid value for '--timeout': -1.0 is not in the range x>0."),
+    ("lmc", ["--timeout", "nan"], "Invalid value for '--timeout': nan is not a finite number"),
+    ("lmc", ["--timeout", "inf"], "Invalid value for '--timeout': inf is not a finite number"),
+    ("lmc", ["-o", '{"positional": 5}'], 'Invalid value for --options: "positional" must be a '
+                                         "JSON list (the arguments before the named ones)"),
+    ("lmc", ["wr", "-p", "nan"], "Invalid value for '-p' / '--p-anykey': nan is not a finite number"),
+    ("lmc", ["wr", "--error-chars", ""],
+     "Invalid value for '--error-chars': must name at least one character"),
+    ("lmc-dist", ["--timeout", "nan"], "Invalid value for '--timeout': nan is not a finite number"),
+    ("lmc-dist", ["-o", '{"positional": "a"}'], 'Invalid value for --options: "positional" must '
+                                                "be a JSON list (the arguments before the named ones)"),
+])
+def test_run_option_values_out_of_range_are_usage_errors(tmp_path, prog, argv, message):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("in the beginning\n")
+    game = ["wr", *argv[1:], str(VOCAB)] if argv[0] == "wr" else ["we", *argv]
+    place = ["--input", str(corpus), "--run-dir", str(tmp_path / "rd"), "--workers", "1"] \
+        if prog == "lmc-dist" else [str(corpus)]
+    result = run(LMC if prog == "lmc" else LMC_DIST, "run", toy_model_command(), *game, *place)
+    assert result.returncode == 2 and result.stderr.decode().rstrip().endswith(f"Error: {message}")
+    assert b"Traceback" not in result.stderr and not (tmp_path / "rd").exists()

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import click
 
+from lmchallenge.cli.options import FiniteFloatRange
 from lmchallenge.games.typos import DEFAULT_ERROR_CHARS, DEFAULT_P_ANYKEY
 
 
@@ -21,14 +22,21 @@ def wr_options(function: Callable) -> Callable:
         click.option("-n", "--num-candidates", default=100, show_default=True,
                      type=click.IntRange(2), help="Most candidates per word."),
         click.option("--error-chars", default=DEFAULT_ERROR_CHARS, show_default=True,
+                     callback=_not_empty,
                      help="Characters a corrupted character is replaced by."),
         click.option("-p", "--p-anykey", default=DEFAULT_P_ANYKEY, show_default=True,
-                     type=click.FloatRange(0, 1, min_open=True, max_open=True),
+                     type=FiniteFloatRange(0, 1, min_open=True, max_open=True),
                      help="Probability that a character is corrupted."),
     ]
     for option in reversed(options):
         function = option(function)
     return function
+
+
+def _not_empty(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if not value:
+        raise click.BadParameter("must name at least one character")
+    return value
 
 
 __all__ = ["wr_options"]

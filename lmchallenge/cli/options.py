@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -47,6 +48,30 @@ class JsonOption(click.ParamType):
 
     def get_metavar(self, param, ctx=None) -> str:
         return "JSON"
+
+
+class FiniteFloatRange(click.FloatRange):
+    """A ``click.FloatRange`` that also refuses NaN and the infinities."""
+
+    def convert(self, value: Any, param, ctx) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{number} is not a finite number", param, ctx)
+        return number
+
+
+def model_options(value: Any) -> dict[str, Any]:
+    """``-o/--options`` checked: a JSON object whose ``positional``, if given, is a list.
+
+    Raises:
+        click.BadParameter: naming ``--options``.
+    """
+    if not isinstance(value, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="--options")
+    if not isinstance(value.get("positional", []), list):
+        raise click.BadParameter('"positional" must be a JSON list (the arguments before the '
+                                 'named ones)', param_hint="--options")
+    return value
 
 
 def positive(ctx: click.Context, param: click.Parameter, value: float) -> float:

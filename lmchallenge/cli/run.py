@@ -19,7 +19,8 @@ from lmchallenge.games.job import RunJob, execute
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.model.spec import PredictorSpec
 from lmchallenge.cli.game_options import wr_options
-from lmchallenge.cli.options import JsonOption, set_verbosity, window_option
+from lmchallenge.cli.options import (FiniteFloatRange, JsonOption, model_options, set_verbosity,
+                                      window_option)
 from lmchallenge.cli.order import OptionsBeforePredictor
 
 
@@ -45,7 +46,8 @@ def run_options(function: Callable) -> Callable:
         click.option("--output", default="-", metavar="FILE",
                      help="Write the log here (.jsonl, .jsonl.gz or .parquet) instead of stdout;"
                           " the file appears only when the run completes."),
-        click.option("--timeout", default=60.0, show_default=True, type=float,
+        click.option("--timeout", default=60.0, show_default=True,
+                     type=FiniteFloatRange(0, min_open=True),
                      help="Seconds a shell model may take to answer before it is killed."),
         window_option,
     ]
@@ -102,9 +104,7 @@ def _given(ctx: click.Context, name: str) -> bool:
 def _run(ctx, game: GameSpec, corpus: str, run: dict[str, Any]) -> None:
     o = given_options(ctx)
     set_verbosity(o["verbose"])
-    if not isinstance(o["options"], dict):
-        raise click.BadParameter("must be a JSON object", param_hint="--options")
-    predictor = PredictorSpec(ctx.obj["predictor"], o["options"], timeout=o["timeout"],
+    predictor = PredictorSpec(ctx.obj["predictor"], model_options(o["options"]), timeout=o["timeout"],
                               window=o["window"])
     execute(RunJob(predictor=predictor, game=game, corpus=corpus,
                    corpus_format=o["corpus_format"], train=o["train"], output=o["output"]))
