@@ -53,3 +53,44 @@ def test_cli_bad_log_exits_2_with_file_line_and_field(tmp_path):
     corpus = subprocess.run([str(BIN / "lmc"), "validate", "-"], input='{"text": "hello"}\n',
                             capture_output=True, text=True)
     assert corpus.returncode == 2 and "-:1: field (datum):" in corpus.stderr and "required" in corpus.stderr
+
+
+def lmc_run(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "lmc"), *argv], capture_output=True, text=True, timeout=120)
+
+
+def test_a_log_of_two_games_is_invalid(tmp_path):
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("".join((LOGS / "kjv.o2.we.jsonl").read_text().splitlines(keepends=True)[:2])
+                     + (LOGS / "kjv.o2.wc.jsonl").read_text().splitlines(keepends=True)[0])
+    result = lmc_run("validate", str(mixed))
+    assert result.returncode == 2
+    assert result.stderr == (f"lmc: error: {mixed}:3: a datum of wc after datums of we: a log "
+                             "holds one game\n")
+    assert lmc_run("pretty", str(mixed)).stderr == (
+        f"lmc: error: {mixed}:3: no logp: a wc datum in a log shown as we\n")
+
+
+@pytest.mark.parametrize("command", ["pretty", "diff"])
+@pytest.mark.parametrize("challenge, message", [
+    ("reranking", "no verbatim/results: a we/ce datum in a log shown as wr"),
+    ("completion", "no completions: a we/ce datum in a log shown as wc"),
+])
+def test_pretty_and_diff_name_a_log_of_another_game(command, challenge, message):
+    log = str(LOGS / "kjv.o2.we.jsonl")
+    logs = [log, log] if command == "diff" else [log]
+    result = lmc_run(command, "-c", challenge, *logs)
+    assert result.returncode == 2 and result.stderr == f"lmc: error: {log}:1: {message}\n"
+
+
+def test_pretty_names_a_malformed_datum_and_a_bad_float_format(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    lines = (LOGS / "kjv.o2.we.jsonl").read_text().splitlines(keepends=True)
+    bad.write_text(lines[0] + '{"character": 4, "logp": "x", "message": 0, "target": "b", '
+                   '"token": 1, "user": null}\n')
+    result = lmc_run("pretty", str(bad))
+    assert result.returncode == 2
+    assert result.stderr == f"lmc: error: {bad}:2: field logp: 'x' is not of type 'number', 'null'\n"
+    result = lmc_run("pretty", "-o", "html", "-m", "d", str(LOGS / "kjv.o2.we.jsonl"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "Invalid value for '-m' / '--float-format': 'd' is not a format of a float" in result.stderr

@@ -176,10 +176,11 @@ def _load(log: Iterable[Datum] | str) -> list[Datum]:
 
 def _prepare(baseline: Iterable[Datum] | str, log: Iterable[Datum] | str,
              challenge: str) -> tuple[list[Datum], str | None]:
-    zipped = zip_logs(_load(baseline), _load(log))
-    if challenge != "auto":
-        return zipped, pretty.GAME_OF_CHALLENGE[challenge]
-    return zipped, (pretty.detect_game(zipped[0]["log"]) if zipped else None)
+    baseline_data, log_data = _load(baseline), _load(log)
+    zipped = zip_logs(baseline_data, log_data)
+    game = pretty.game_of(log_data, challenge, pretty.log_name(log))
+    pretty.check_data(baseline_data, game, pretty.log_name(baseline))
+    return zipped, game
 
 
 def ansi(baseline: Iterable[Datum] | str, log: Iterable[Datum] | str,

@@ -41,10 +41,10 @@ from importlib import resources
 from typing import Any
 
 
-from lmchallenge.errors import LmcError
+from lmchallenge.errors import InputError, LmcError
 from lmchallenge.analysis.grep import is_selected
 from lmchallenge.logs.io import read_log
-from lmchallenge.logs.schema import Datum, payload_games
+from lmchallenge.logs.schema import PAYLOAD_COLUMNS, Datum, payload_games
 from lmchallenge.stats.outcomes import rank_of
 from lmchallenge.stats.outcomes import typed_characters as outcomes_typed_characters
 
@@ -244,12 +244,30 @@ def detect_game(datum: Datum | None) -> str | None:
     return found[0]
 
 
-def game_of(data: Sequence[Datum], challenge: str = "auto") -> str | None:
+def game_of(data: Sequence[Datum], challenge: str = "auto", name: str = "<log>") -> str | None:
     """The game to render ``data`` as: from ``challenge`` (completion / entropy /
-    reranking) or detected from the first datum (``auto``)."""
-    if challenge != "auto":
-        return GAME_OF_CHALLENGE[challenge]
-    return detect_game(data[0] if data else None)
+    reranking) or detected from the first datum (``auto``), every datum checked
+    (:func:`check_data`)."""
+    game = GAME_OF_CHALLENGE[challenge] if challenge != "auto" else detect_game(data[0] if data else None)
+    check_data(data, game, name)
+    return game
+
+
+def check_data(data: Sequence[Datum], game: str | None, name: str) -> None:
+    """Raise ``InputError`` (``NAME:N: ...``, N counting datums from 1) for the first datum
+    of ``data`` that ``lmc validate`` refuses or that lacks the payload of ``game`` (a log
+    of another game, or of several)."""
+    from lmchallenge.analysis.validate import problem
+
+    keys = PAYLOAD_COLUMNS.get(game or "", ())
+    for n, datum in enumerate(data, start=1):
+        reason = problem(datum)
+        if reason is None and any(key not in datum for key in keys):
+            found = payload_games(datum)
+            shown = {"we": "we/ce"}.get(found[0], found[0]) if found else "payload-less"
+            reason = f"no {'/'.join(keys)}: a {shown} datum in a log shown as {game}"
+        if reason is not None:
+            raise InputError(name, n, reason)
 
 
 def make_renderer(game: str | None, data: Sequence[Datum], entropy_interval: float) -> Renderer:
@@ -306,6 +324,11 @@ def as_data(log: Iterable[Datum] | str) -> list[Datum]:
     return list(read_log(log) if isinstance(log, str) else log)
 
 
+def log_name(log: Iterable[Datum] | str) -> str:
+    """How errors name ``log``."""
+    return ("<stdin>" if log == "-" else log) if isinstance(log, str) else "<log>"
+
+
 def ansi(log: Iterable[Datum] | str, entropy_interval: float = 10.0,
          challenge: str = "auto") -> Iterator[str]:
     """ANSI-coloured lines, one per message, of an LM Challenge log.
@@ -322,7 +345,7 @@ def ansi(log: Iterable[Datum] | str, entropy_interval: float = 10.0,
         LmcError: the game cannot be told from the log.
     """
     data = as_data(log)
-    renderer = make_renderer(game_of(data, challenge), data, entropy_interval)
+    renderer = make_renderer(game_of(data, challenge, log_name(log)), data, entropy_interval)
     return render_ansi(data, renderer)
 
 
@@ -588,7 +611,8 @@ def html(log: Iterable[Datum] | str, entropy_interval: float = 10.0, float_forma
         LmcError: the game cannot be told from the log.
     """
     data = as_data(log)
-    return render_page(build_page(data, game_of(data, challenge), entropy_interval, float_format))
+    return render_page(build_page(data, game_of(data, challenge, log_name(log)), entropy_interval,
+                                  float_format))
 
 
 # --- CLI --------------------------------------------------------------------------------

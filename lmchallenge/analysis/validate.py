@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema
 
 from lmchallenge.errors import InputError
-from lmchallenge.logs.schema import json_schema
+from lmchallenge.logs.schema import json_schema, payload_games
 
 
 def schema() -> dict[str, Any]:
@@ -75,11 +75,18 @@ def validate(data: Iterable[Any], name: str = "<log>") -> int:
         The number of datums checked.
     Raises:
         InputError: ``NAME:N: field F: what is wrong`` for the first bad datum (N counts
-            datums from 1: the line number of a jsonlines log without blank lines).
+            datums from 1: the line number of a jsonlines log without blank lines), or for
+            the first datum of another game than the first datum's.
     """
-    n = 0
+    n, games = 0, None
     for n, datum in enumerate(data, start=1):
         reason = problem(datum)
+        found = payload_games(datum) if reason is None and isinstance(datum, dict) else []
+        if found:      # (a datum without payload goes with any game)
+            games = games or found
+            if found != games:
+                reason = (f"a datum of {'/'.join(found)} after datums of {'/'.join(games)}: a "
+                          "log holds one game")
         if reason is not None:
             raise InputError(name, n, reason)
     return n

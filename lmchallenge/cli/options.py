@@ -74,6 +74,15 @@ def model_options(value: Any) -> dict[str, Any]:
     return value
 
 
+def _float_format(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A click callback accepting only a format spec that formats a float (``.4g``)."""
+    try:
+        format(-1.5, value)
+    except (ValueError, TypeError) as e:
+        raise click.BadParameter(f"{value!r} is not a format of a float ({e})") from None
+    return value
+
+
 def positive(ctx: click.Context, param: click.Parameter, value: float) -> float:
     """A click callback accepting only numbers > 0."""
     if not value > 0:
@@ -104,6 +113,7 @@ def page_options(shown_as: str, interval_help: str) -> Callable[[Callable], Call
         click.option("-i", "--entropy_interval", "--entropy-interval", "entropy_interval",
                      default=10.0, show_default=True, callback=positive, help=interval_help),
         click.option("-m", "--float-format", default=".4g", show_default=True,
+                     callback=_float_format,
                      help="Python format of the numbers shown on the HTML page."),
     ]
 
