@@ -88,3 +88,40 @@ def test_lmc_convert_joins_a_run_directory(tmp_path: Path, part_form: str, outpu
     if output == "all.jsonl":
         assert out.read_bytes() == log.read_bytes()
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == names
+
+
+# -- outputs that are not plain files ------------------------------------------------------------
+
+def _lmc_run(*argv: str):
+    import subprocess
+
+    from conftest import BIN, toy_model_command
+    return subprocess.run([str(BIN / "lmc"), "run", toy_model_command(), "we", *argv],
+                          input=b"in the beginning\n", capture_output=True, timeout=120)
+
+
+def test_an_output_through_a_symbolic_link_replaces_its_target_and_keeps_the_link(tmp_path):
+    (tmp_path / "real").mkdir()
+    link = tmp_path / "log.jsonl"
+    link.symlink_to(tmp_path / "real" / "target.jsonl")
+    result = _lmc_run("--output", str(link))
+    assert result.returncode == 0, result.stderr.decode()
+    assert link.is_symlink() and len((tmp_path / "real" / "target.jsonl").read_text().splitlines()) == 3
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["target.jsonl"]
+
+
+def test_an_output_that_is_a_pipe_is_written_as_it_is(tmp_path):
+    import os
+    import threading
+
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+    reader.start()
+    result = _lmc_run("--output", str(fifo))
+    reader.join(30)
+    assert result.returncode == 0, result.stderr.decode()
+    assert fifo.is_fifo() and len(received[0].splitlines()) == 3
+    assert [p.name for p in tmp_path.iterdir()] == ["log.fifo"]
+    assert _lmc_run("--output", "/dev/stdout").stdout.count(b"\n") == 3

@@ -17,6 +17,7 @@ import contextlib
 import gzip
 import io
 import os
+import stat
 import sys
 import zlib
 from collections.abc import Iterator
@@ -104,6 +105,16 @@ def read_errors(path: str) -> Iterator[None]:
         raise InputError(path, None, f"cannot read: {e}") from None
 
 
+def is_special_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` exists and is a pipe, a character device or a socket (written
+    directly, not replaced)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)
+
+
 def check_writable(path: str) -> None:
     """Check that a file can be created at ``path`` (its folder made if missing), before any
     work is done for it; nothing is left behind.
@@ -111,9 +122,10 @@ def check_writable(path: str) -> None:
     Raises:
         InputError: naming ``path`` and why it cannot be written.
     """
-    if path == "-":
+    if path == "-" or is_special_file(path):
         return
-    directory = os.path.dirname(os.path.abspath(path))
+    path = os.path.realpath(path)
+    directory = os.path.dirname(path)
     probe = os.path.join(directory, f".{os.path.basename(path)}.probe-{os.getpid()}")
     try:
         if os.path.isdir(path):
@@ -131,8 +143,15 @@ def check_writable(path: str) -> None:
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[str]:
-    """Yield a temporary path beside ``path``; rename it to ``path`` only on success."""
-    final = os.fspath(path)
+    """Yield a temporary path beside ``path``; rename it to ``path`` only on success.
+
+    A symbolic link is followed (the file it points to is replaced, the link stays); a pipe,
+    device or socket (``/dev/stdout``, a FIFO) is yielded as it is, to be written directly.
+    """
+    if is_special_file(path):
+        yield os.fspath(path)
+        return
+    final = os.path.realpath(path)
     directory = os.path.dirname(os.path.abspath(final))
     os.makedirs(directory, exist_ok=True)
     tmp = os.path.join(directory, f".{os.path.basename(final)}.tmp-{os.getpid()}")
