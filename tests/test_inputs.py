@@ -462,3 +462,13 @@ def test_run_option_values_out_of_range_are_usage_errors(tmp_path, prog, argv, m
     result = run(LMC if prog == "lmc" else LMC_DIST, "run", toy_model_command(), *game, *place)
     assert result.returncode == 2 and result.stderr.decode().rstrip().endswith(f"Error: {message}")
     assert b"Traceback" not in result.stderr and not (tmp_path / "rd").exists()
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("argv", [["stats"], ["pretty"], ["convert", "-o", "-"]])
+def test_a_full_disk_behind_stdout_is_one_line_not_a_traceback(argv):
+    log = str(PRETTY_LOGS / "kjv.o2.we.jsonl")
+    with open("/dev/full", "wb") as full:
+        result = subprocess.run([LMC, *argv, log], stdout=full, stderr=subprocess.PIPE, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.decode() == "lmc: error: cannot write the output: No space left on device\n"

@@ -4,6 +4,7 @@ types, verbosity, and the one way a command's errors reach the user
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import logging
@@ -169,7 +170,8 @@ def run_command(command: click.Command, argv: list[str] | None, prog: str,
     so does an ``OSError`` naming a file (an output that cannot be written:
     ``PROG: error: FILE: REASON``); Ctrl-C prints ``PROG: INTERRUPTED`` and exits 130; a
     closed stdout pipe (``| head``) ends quietly with exit code 141 (as a process killed by
-    SIGPIPE).  The process is expected to exit when this returns: the garbage collector's
+    SIGPIPE), and a full disk behind standard output is ``PROG: error: cannot write the
+    output: REASON``.  The process is expected to exit when this returns: the garbage collector's
     objects are frozen first (:func:`lmchallenge.tuning.freeze_heap`), so the collections at
     exit do not traverse them again.
 
@@ -202,9 +204,16 @@ def run_command(command: click.Command, argv: list[str] | None, prog: str,
         _quiet_stdout()
         sys.exit(141)
     except OSError as e:
-        if e.filename is None:
+        if e.filename is None and e.errno not in _WRITE_ERRORS:
             raise
+        if e.filename is None:      # standard output (a full disk, a quota)
+            _quiet_stdout()
+            _fail(prog, f"cannot write the output: {e.strerror}")
         _fail(prog, f"{e.filename}: {e.strerror or e}")
+
+
+_WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS)
+"""What a write to a full or failing file system raises (no file name for standard output)."""
 
 
 def _fail(prog: str, message: str) -> None:
