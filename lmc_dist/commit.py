@@ -84,13 +84,18 @@ def locked(run_dir: str) -> Iterator[None]:
     """
     made = not os.path.isdir(run_dir)
     fd = _acquire(run_dir)
+    refused = False
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        _refuse_foreign(run_dir)
+        try:
+            _refuse_foreign(run_dir)
+        except LmcError:
+            refused = True      # the user's directory: nothing of ours stays in it
+            raise
         yield
     finally:
-        _remove_if_unused(run_dir, made)  # while holding the lock: see _acquire
+        _remove_if_unused(run_dir, made, refused)  # while holding the lock: see _acquire
         os.close(fd)      # releases the lock
 
 
@@ -131,12 +136,12 @@ def _is_at(fd: int, path: str) -> bool:
         return False
 
 
-def _remove_if_unused(run_dir: str, made: bool) -> None:
-    """Remove the lock file of a run dir that holds nothing else, and the directory if this
-    run ``made`` it (called holding the lock: a run waiting on the removed file sees it gone,
-    :func:`_acquire`)."""
+def _remove_if_unused(run_dir: str, made: bool, refused: bool = False) -> None:
+    """Remove the lock file of a run dir that holds nothing else (or that was ``refused``:
+    someone else's files), and the directory if this run ``made`` it (called holding the
+    lock: a run waiting on the removed file sees it gone, :func:`_acquire`)."""
     with contextlib.suppress(OSError):
-        if os.listdir(run_dir) == [LOCK]:
+        if refused or os.listdir(run_dir) == [LOCK]:
             os.unlink(os.path.join(run_dir, LOCK))
             if made:
                 os.rmdir(run_dir)

@@ -300,10 +300,14 @@ def execute(job: DistJob) -> RunReport:
         InputError: bad corpus (before any model starts).
         RunDirBusy: another ``lmc-dist run`` is writing the run dir.
         LmcError: the run dir holds another run (without ``--resume``), cannot be resumed,
-            or holds files lmc-dist did not write (and no manifest).
+            does not exist (with ``--resume``: a mistyped path would cost a whole run), or
+            holds files lmc-dist did not write (and no manifest).
         KeyboardInterrupt: after saving the manifest (the run can be resumed).
     """
     started = time.monotonic()
+    if job.resume and not os.path.exists(job.run_dir) and "://" not in job.run_dir:
+        raise LmcError(f"{job.run_dir}: no such run dir to resume (without --resume, lmc-dist "
+                       "run starts a run there)")
     with commit.locked(job.run_dir):
         return _execute_locked(job, started)
 

@@ -200,6 +200,8 @@ def test_a_directory_of_user_files_is_refused_and_kept(tmp_path):
                              "use a new or empty --run-dir\n")
     assert (run_dir / "part-1-notes.txt").read_text() == "my notes\n"
     assert (run_dir / "part-00000.parquet.bak").read_bytes() == b"backup"
+    assert sorted(p.name for p in run_dir.iterdir()) == ["part-00000.parquet.bak",
+                                                         "part-1-notes.txt"]   # no lock left
 
 
 def test_missing_model_command_is_one_message(tmp_path):
@@ -493,3 +495,14 @@ def test_the_files_a_model_names_are_its_data_not_its_program(tmp_path):
     assert set(found) == {str(weights), str(folder)}
     assert found[str(weights)]["bytes"] == 5 and found[str(folder)]["bytes"] == 12
     assert named_files("unbalanced 'quote") == {}
+
+
+def test_resume_of_a_run_dir_that_does_not_exist_is_refused(tmp_path):
+    corpus = tagged_corpus(tmp_path / "corpus.txt", 5)
+    run_dir = tmp_path / "typo"
+    result = subprocess.run([*run_args(corpus, run_dir, extra=RUN_OPTIONS), "--resume"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    assert result.stderr == (f"lmc-dist: error: {run_dir}: no such run dir to resume (without "
+                             "--resume, lmc-dist run starts a run there)\n")
+    assert not run_dir.exists()
