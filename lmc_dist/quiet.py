@@ -151,12 +151,16 @@ def sigint_deferred() -> Iterator[None]:
     processes it starts inherit an ignored SIGINT (the disposition survives ``exec``, and
     Python leaves an ignored SIGINT ignored) and a terminal's Ctrl-C never reaches them.  It
     is also blocked meanwhile: a blocked signal is kept pending even while ignored (signal(7)),
-    so a Ctrl-C during the body is raised as KeyboardInterrupt when it ends, unless a thread
-    the body starts unblocks SIGINT (multiprocessing's resource tracker start does): then
-    that Ctrl-C is lost, and the next one interrupts."""
+    so a Ctrl-C during the body is raised as KeyboardInterrupt when it ends.  Multiprocessing's
+    resource tracker, which a body starting processes starts, unblocks SIGINT in the thread
+    that starts it (a Ctrl-C would then be delivered while ignored: lost): it is started
+    before."""
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
         yield
         return
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:

@@ -294,3 +294,17 @@ def test_plugin_registration_failing_twice_is_a_clean_error(tmp_path):
     with pytest.raises(LmcError, match=r"^the embedded Dask cluster lost workers as the run started "
                                        r"\(in <TCP \(closed\) .*Stream is closed\); run again \(with --resume"):
         register_model_pool(_FlakyClient(failures=2), _job(tmp_path))
+
+
+@pytest.mark.parametrize("after", [0.3, 0.6])
+def test_a_sigint_while_the_embedded_cluster_starts_is_never_lost(tmp_path, after):
+    """``timeout -s INT`` (SIGINT to the client alone) as the cluster starts: the run used to
+    go on to the end (multiprocessing's resource tracker unblocked SIGINT while it was
+    ignored)."""
+    corpus = tagged_corpus(tmp_path / "corpus.txt", 300)
+    proc = start(run_args(corpus, tmp_path / "run", delay=0.01,
+                          extra=("--workers", "2", "--no-progress")))
+    time.sleep(after)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err.decode()
