@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -529,7 +529,7 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask],
     tokens = 0
     start = time.monotonic()
     try:
-        for future in as_completed(list(futures)):
+        for future in _watching_workers(client, job, as_completed(list(futures))):
             index = futures[future]
             entry = manifest["partitions"][index]
             if future.status == "cancelled":   # the client lost the scheduler: Dask cancels them all
@@ -560,6 +560,39 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask],
     finally:
         bar.close()
     return outcomes, errors
+
+
+WORKER_WATCH_SECONDS = 5.0
+"""How long a ``--scheduler`` cluster may have no worker before a run warns that it waits."""
+
+
+def _watching_workers(client: Client, job: DistJob, items: Iterable[Any],
+                      every: float = WORKER_WATCH_SECONDS) -> Iterator[Any]:
+    """``items``, while (on a ``--scheduler`` cluster) a thread warns each time the cluster
+    has had no worker for ``every`` seconds: the run waits for one, and would otherwise wait
+    in silence (no worker started, or every one lost)."""
+    if not job.scheduler:
+        yield from items
+        return
+    stop = threading.Event()
+
+    def watch() -> None:
+        alone = False
+        while not stop.wait(every):
+            try:
+                workers = len(client.scheduler_info().get("workers", {}))
+            except Exception:  # noqa: BLE001 - the scheduler gone: the run itself says so
+                return
+            if workers == 0 and not alone:
+                LOG.warning("no Dask worker is connected to %s: the run waits for one (`dask "
+                            "worker %s`)", cluster_name(job), job.scheduler)
+            alone = workers == 0
+
+    start_without_sigint(threading.Thread(target=watch, name="lmc-dist-worker-watch", daemon=True))
+    try:
+        yield from items
+    finally:
+        stop.set()
 
 
 def failure_messages(tasks: list[PartitionTask], errors: dict[int, BaseException]) -> list[str]:

@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -48,6 +49,9 @@ class Cluster:
 
     def wait_for(self, n: int) -> None:
         from distributed import Client
+        if n == 0:      # the scheduler alone: up once it takes a client
+            with Client(self.address, timeout=30):
+                return
         with Client(self.address, timeout=30) as client:
             client.wait_for_workers(n, timeout=60)
 
@@ -558,3 +562,28 @@ def model_environments(directory: Path, corpus: Path, extra: list[str]) -> list[
     lmc_dist(["run", model, "we", "--input", str(corpus), "--run-dir", str(directory / "run"),
               "--no-progress", *extra])
     return [environment_of(path) for path in directory.glob("*.env")]
+
+
+def test_a_scheduler_without_workers_is_said_and_the_run_goes_on_when_one_comes(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_bytes(b"".join((DATA / "kjv" / "test.sample.txt").read_bytes()
+                                .splitlines(keepends=True)[:20]))
+    with cluster(0, tmp_path) as c:
+        proc = subprocess.Popen([str(BIN / "lmc-dist"), "run", toy_model_command(), "we",
+                                 "--input", str(corpus), "--run-dir", str(tmp_path / "rd"),
+                                 "--scheduler", c.address, "--workers", "1", "--no-progress"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines = []
+        deadline = threading.Timer(60, proc.kill)   # no warning: the run would wait for ever
+        deadline.start()
+        for line in proc.stderr:          # the warning comes after about 5 s without workers
+            lines.append(line)
+            if "no Dask worker" in line:
+                break
+        deadline.cancel()
+        assert lines and lines[-1] == (f"WARNING\tno Dask worker is connected to the Dask cluster at "
+                             f"{c.address}: the run waits for one (`dask worker {c.address}`)\n")
+        c.workers.append(c.start_worker(0))
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        assert json.loads(out)["entropy"]["hit"] > 0
