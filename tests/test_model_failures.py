@@ -470,3 +470,16 @@ def test_a_persistent_model_s_extra_line_is_not_taken_for_the_next_answer():
     finally:
         model.kill()
         model.close()
+
+
+def test_a_score_above_zero_in_we_is_warned_once():
+    model = toy("--mode", "answer", "--answer", "of\\t2.5")
+    result = lmc("run", model, "we", stdin=b"of of of\n")
+    assert result.returncode == 0
+    assert result.stderr.decode() == (
+        "WARNING\twe: the model scored 'of' 2.5, above 0: a log-probability is at most 0 (LM "
+        "Challenge logs natural-log probabilities); entropies of these scores mean nothing "
+        "(warned once)\n")
+    assert [json.loads(line)["logp"] for line in result.stdout.splitlines()] == [2.5] * 3
+    rounding = toy("--mode", "answer", "--answer", "of\\t1e-7")
+    assert lmc("run", rounding, "we", stdin=b"of\n").stderr == b""

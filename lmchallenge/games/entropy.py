@@ -35,15 +35,27 @@ MULTI_CHARACTER_WARNING = ("ce: the model answered %r, not one character, when a
                            "lmc-ngram train --chars); with a word model its statistics mean little")
 """Warned once per run when a ``ce`` answer is not a single character."""
 
+POSITIVE_WARNING = ("%s: the model scored %r %r, above 0: a log-probability is at most 0 (LM "
+                    "Challenge logs natural-log probabilities); entropies of these scores mean "
+                    "nothing (warned once)")
+"""Warned once per run when a ``we``/``ce`` score is above 0 (not a log-probability)."""
+
+POSITIVE_TOLERANCE = 1e-4
+"""A score up to this much above 0 is a probability of 1 computed in floating point (float32
+rounding gives ~1e-7), not a mistake."""
+
 
 @dataclass
 class Entropy:
     """The ``we`` (``characters=False``) or ``ce`` (``characters=True``) game.
 
-    In ``ce`` an answer of more than one character (a word model's) is warned about once."""
+    In ``ce`` an answer of more than one character (a word model's) is warned about once, and
+    in both a score above 0 (not a log-probability: a probability, or a score of another
+    kind)."""
 
     characters: bool = False
     _warned: bool = field(default=False, init=False, repr=False, compare=False)
+    _warned_positive: bool = field(default=False, init=False, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -58,7 +70,11 @@ class Entropy:
     def payload(self, token: Token, answers: list[Result], state: Any) -> dict[str, Any]:
         if self.characters and not self._warned:
             self._check_characters(token, answers[0])
-        return {"logp": target_score(answers[0], token.target)}
+        logp = target_score(answers[0], token.target)
+        if logp is not None and logp > POSITIVE_TOLERANCE and not self._warned_positive:
+            LOG.warning(POSITIVE_WARNING, self.name, token.target, logp)
+            self._warned_positive = True
+        return {"logp": logp}
 
     def _check_characters(self, token: Token, answer: Result) -> None:
         for text, _ in answer:
