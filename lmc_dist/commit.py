@@ -111,7 +111,9 @@ def _acquire(run_dir: str) -> int:
         except FileNotFoundError:   # the directory removed between the two: try again
             continue
         except OSError as e:
-            raise LmcError(f"{run_dir}: cannot write the run dir: {e.strerror or e}") from None
+            reason = "not a directory" if os.path.exists(run_dir) and not os.path.isdir(run_dir) \
+                else e.strerror or e
+            raise LmcError(f"{run_dir}: cannot write the run dir: {reason}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:

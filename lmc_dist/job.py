@@ -130,7 +130,7 @@ class RunReport:
         rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
         return (f"lmc-dist: {self.tokens} tokens in {self.seconds:.1f} s ({rate:,.0f} tokens/s) "
                 f"on {self.workers} worker{'s' if self.workers != 1 else ''}, "
-                f"{self.partitions} partitions")
+                f"{self.partitions} partition{'s' if self.partitions != 1 else ''}")
 
 
 @contextlib.contextmanager

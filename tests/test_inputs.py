@@ -122,6 +122,9 @@ def test_unwritable_output_before_the_model_starts(tmp_path):
     assert_error(run(LMC_DIST, "run", toy_model_command(), "we", "--input", str(corpus),
                      "--run-dir", f"{a_file}/run", "--workers", "1"),
                  f"{a_file}/run: cannot write the run dir: Not a directory", prog="lmc-dist")
+    assert_error(run(LMC_DIST, "run", toy_model_command(), "we", "--input", str(corpus),
+                     "--run-dir", str(a_file), "--workers", "1"),
+                 f"{a_file}: cannot write the run dir: not a directory", prog="lmc-dist")
 
 
 def test_parquet_log_with_a_string_message_column(tmp_path):
