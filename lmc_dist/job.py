@@ -35,7 +35,7 @@ from lmchallenge.errors import LmcError, ModelError
 from lmchallenge.tuning import DASK_EMBEDDED_CONFIG
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.logs.convert import convert_file, join_logs
-from lmchallenge.logs.rundir import STATS, finished_part
+from lmchallenge.logs.rundir import STATS, changed_rows, finished_part
 from lmchallenge.model.files import changed, named_files
 from lmchallenge.model.spec import PredictorSpec
 
@@ -440,6 +440,11 @@ def _finished_partitions(run_dir: str, old: dict[str, Any] | None, manifest: dic
     old_entries = old["partitions"] if old is not None else [None] * len(manifest["partitions"])
     for entry, new_entry in zip(old_entries, manifest["partitions"]):
         found = finished_part(run_dir, new_entry["file"])
+        changed = changed_rows(found, entry) if found is not None and entry is not None else None
+        if changed is not None:        # cut short or swapped since: made again
+            LOG.warning("%s: %s: computing it again", found, changed)
+            os.remove(found)
+            continue
         if found is None:
             continue
         if entry is not None and entry.get("state") == "done":

@@ -506,3 +506,26 @@ def test_resume_of_a_run_dir_that_does_not_exist_is_refused(tmp_path):
     assert result.stderr == (f"lmc-dist: error: {run_dir}: no such run dir to resume (without "
                              "--resume, lmc-dist run starts a run there)\n")
     assert not run_dir.exists()
+
+
+def test_a_parquet_part_cut_short_after_the_run_is_refused_then_made_again(tmp_path):
+    import pyarrow.parquet as pq
+
+    corpus = tagged_corpus(tmp_path / "corpus.txt", 20)
+    run_dir = tmp_path / "run"
+    argv = run_args(corpus, run_dir, extra=RUN_OPTIONS)
+    assert subprocess.run(argv, capture_output=True, timeout=300).returncode == 0
+    before = lmc("stats", str(run_dir)).stdout
+    part = run_dir / "part-00001.parquet"
+    rows = pq.read_table(part).num_rows
+    pq.write_table(pq.read_table(part).slice(0, 1), part)     # still a valid Parquet file
+    refused = lmc("stats", str(run_dir))
+    assert refused.returncode == 2
+    assert refused.stderr == (f"lmc: error: {part}: 1 rows where the run's manifest records "
+                              f"{rows} (changed after it was written): delete it and finish the "
+                              "run with `lmc-dist run ... --resume`\n")
+    resumed = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stderr.startswith(f"WARNING\t{part}: 1 rows where the run's manifest records "
+                                     f"{rows} (changed after it was written): computing it again\n")
+    assert lmc("stats", str(run_dir)).stdout == before

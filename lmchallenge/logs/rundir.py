@@ -137,8 +137,9 @@ def inspect(path: str) -> RunDir:
     """Which partitions of the run dir ``path`` are finished, and where their files are.
 
     Raises:
-        InputError: the manifest is unreadable, a finished run lacks a part file, or a
-            directory without a manifest holds no ``part-*`` files.
+        InputError: the manifest is unreadable, a finished run lacks a part file, a Parquet
+            part holds another number of rows than the manifest records, or a directory
+            without a manifest holds no ``part-*`` files.
     """
     manifest = read_manifest(path)
     if manifest is None:
@@ -148,12 +149,34 @@ def inspect(path: str) -> RunDir:
     for index, entry in enumerate(manifest["partitions"]):
         found = finished_part(path, entry["file"])
         if found is not None:
+            changed = changed_rows(found, entry)
+            if changed is not None:
+                raise InputError(str(found), None, f"{changed}: delete it and finish the run "
+                                                   "with `lmc-dist run ... --resume`")
             parts.append(found)
             done.append(index)
         elif manifest.get("finished"):
             raise InputError(os.path.join(path, entry["file"]), None,
                              "missing: the run's manifest lists it as finished")
     return RunDir(path, manifest, parts, done)
+
+
+def changed_rows(part: Path, entry: dict[str, Any]) -> str | None:
+    """What is wrong if the Parquet ``part`` holds another number of rows than its manifest
+    ``entry`` records (a file cut short or swapped after the run), else None (also for a
+    ``.jsonl.gz`` part, whose rows are not counted without reading it, or no record)."""
+    rows = entry.get("rows")
+    if not isinstance(rows, int) or part.suffix != ".parquet":
+        return None
+    import pyarrow.parquet as pq
+
+    try:
+        found = pq.ParquetFile(part).metadata.num_rows
+    except (OSError, ValueError):   # unreadable: the reader that opens it says how
+        return None
+    if found == rows:
+        return None
+    return f"{found} rows where the run's manifest records {rows} (changed after it was written)"
 
 
 def _globbed_parts(path: str) -> list[Path]:
