@@ -435,15 +435,20 @@ def test_a_partition_whose_file_cannot_be_read_back_leaves_no_file(tmp_path, mon
     worker.current_pool().close_all()
 
 
-@pytest.mark.parametrize("damage", ["truncated", "emptied"])
-def test_resume_makes_again_a_finished_part_that_cannot_be_read(tmp_path, damage):
-    """A part file damaged after the run (a disk error, a copy cut short) failed every
-    ``--resume`` with "fix the cause": it is computed again, with a warning."""
+def finished_run(tmp_path: Path) -> tuple[list[str], Path, str]:
+    """A finished run of 20 lines: its argv, run dir and ``lmc stats`` output."""
     corpus = tagged_corpus(tmp_path / "corpus.txt", 20)
     run_dir = tmp_path / "run"
     argv = run_args(corpus, run_dir, extra=RUN_OPTIONS)
     assert subprocess.run(argv, capture_output=True, timeout=300).returncode == 0
-    before = lmc("stats", str(run_dir)).stdout
+    return argv, run_dir, lmc("stats", str(run_dir)).stdout
+
+
+@pytest.mark.parametrize("damage", ["truncated", "emptied"])
+def test_resume_makes_again_a_finished_part_that_cannot_be_read(tmp_path, damage):
+    """A part file damaged after the run (a disk error, a copy cut short) failed every
+    ``--resume`` with "fix the cause": it is computed again, with a warning."""
+    argv, run_dir, before = finished_run(tmp_path)
     part = run_dir / "part-00002.parquet"
     with open(part, "r+b") as f:
         f.truncate(100 if damage == "truncated" else 0)
@@ -511,11 +516,7 @@ def test_resume_of_a_run_dir_that_does_not_exist_is_refused(tmp_path):
 def test_a_parquet_part_cut_short_after_the_run_is_refused_then_made_again(tmp_path):
     import pyarrow.parquet as pq
 
-    corpus = tagged_corpus(tmp_path / "corpus.txt", 20)
-    run_dir = tmp_path / "run"
-    argv = run_args(corpus, run_dir, extra=RUN_OPTIONS)
-    assert subprocess.run(argv, capture_output=True, timeout=300).returncode == 0
-    before = lmc("stats", str(run_dir)).stdout
+    argv, run_dir, before = finished_run(tmp_path)
     part = run_dir / "part-00001.parquet"
     rows = pq.read_table(part).num_rows
     pq.write_table(pq.read_table(part).slice(0, 1), part)     # still a valid Parquet file
