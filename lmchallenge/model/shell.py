@@ -407,7 +407,8 @@ class ShellModel(Model):
     def finish(self) -> None:
         """End the session after the last answer, checking that the model answered no more
         than it was asked: close its input and read its output to the end (it must exit, or
-        close its output, within ``timeout``), then :meth:`close`.
+        close its output, within ``timeout``; blank lines written then are let go), then
+        :meth:`close`.
 
         Raises:
             ModelError: it wrote more (its first extra line is named).
@@ -427,8 +428,9 @@ class ShellModel(Model):
             if not chunk:
                 break
             rest += chunk
-        if rest:
-            raise self._more_than_asked(rest.split(b"\n", 1)[0].decode("utf-8", "replace"))
+        if rest.strip(b"\r\n"):   # (blank lines at exit are let go: a trailing newline)
+            raise self._more_than_asked(rest.lstrip(b"\r\n").split(b"\n", 1)[0]
+                                        .decode("utf-8", "replace"))
         self.close()
 
     def close(self) -> None:
