@@ -452,6 +452,8 @@ def test_a_line_written_at_exit_is_an_extra_answer():
     text = failed(lmc("run", model, "we", stdin=b"the lord\n"))
     assert text.startswith(f"lmc: error: model {model!r}: answered more lines than it was asked: "
                            "'goodbye'\nanswer line 3\n")
+    blank = lmc("run", toy("--at-exit", ""), "we", stdin=b"the lord\n")   # a trailing newline
+    assert blank.returncode == 0 and len(blank.stdout.splitlines()) == 2, blank.stderr.decode()
 
 
 def test_a_persistent_model_s_extra_line_is_not_taken_for_the_next_answer():
