@@ -36,6 +36,8 @@ READ_ERRORS = (OSError, EOFError, zlib.error)
 ``gzip.BadGzipFile``, ``zlib.error``)."""
 
 BOM = "\ufeff"
+GZIP_MAGIC = b"\x1f\x8b"
+"""The first bytes of a gzip stream (RFC 1952)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +153,9 @@ def decode_lines(stream: Iterable[bytes], path: str, first_line: int = 1) -> Ite
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
+            if number == 1 and raw.startswith(GZIP_MAGIC):
+                raise InputError(path, number, "gzip-compressed data, not text: give it as a "
+                                               "file named .gz, or decompress it (zcat)") from None
             raise InputError(path, number, f"not valid UTF-8 (byte {e.start} of the line)") from None
         if number == 1 and text.startswith(BOM):
             text = text[1:]

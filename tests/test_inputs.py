@@ -8,6 +8,7 @@ import csv
 import gzip
 import io
 import json
+import math
 import os
 import random
 import resource
@@ -475,3 +476,31 @@ def test_a_full_disk_behind_stdout_is_one_line_not_a_traceback(argv):
         result = subprocess.run([LMC, *argv, log], stdout=full, stderr=subprocess.PIPE, timeout=120)
     assert result.returncode == 2
     assert result.stderr.decode() == "lmc: error: cannot write the output: No space left on device\n"
+
+
+def test_a_gzipped_corpus_not_named_gz_is_said_to_be_gzip(tmp_path):
+    packed = gzip.compress(b"in the beginning\n")
+    (tmp_path / "c.txt").write_bytes(packed)
+    message = "gzip-compressed data, not text: give it as a file named .gz, or decompress it (zcat)"
+    assert_error(run(LMC, "run", toy_model_command(), "we", str(tmp_path / "c.txt")),
+                 f"{tmp_path / 'c.txt'}:1: {message}")
+    assert_error(run(LMC, "run", toy_model_command(), "we", stdin=packed), f"<stdin>:1: {message}")
+
+
+def test_options_that_are_neither_json_nor_a_file_say_so(tmp_path):
+    (tmp_path / "bad.json").write_text("{bad")
+    missing = run(LMC, "run", "-o", "missing.json", toy_model_command(), "we", stdin=b"a\n")
+    assert missing.returncode == 2 and missing.stderr.decode().rstrip().endswith(
+        "Error: Invalid value for '-o' / '--options': not JSON, nor a file of that name: "
+        "Expecting value: line 1 column 1 (char 0)")
+    bad = run(LMC, "run", "-o", str(tmp_path / "bad.json"), toy_model_command(), "we", stdin=b"a\n")
+    assert bad.returncode == 2 and f"'--options': {tmp_path / 'bad.json'}: not JSON: " in bad.stderr.decode()
+
+
+def test_statistics_that_are_not_finite_are_warned_about(tmp_path):
+    log = tmp_path / "nan.jsonl"
+    log.write_text('{"character": 0, "logp": NaN, "message": 0, "target": "a", "token": 0, "user": null}\n')
+    result = run(LMC, "stats", str(log))
+    assert result.returncode == 0 and math.isnan(json.loads(result.stdout)["entropy"]["mean"])
+    assert result.stderr.decode() == (f"WARNING\t{log}: entropy.mean not finite: the log holds a "
+                                      f"NaN or infinite score (lmc validate {log} names the first)\n")

@@ -39,13 +39,16 @@ class JsonOption(click.ParamType):
     def convert(self, value: Any, param, ctx) -> Any:
         if not isinstance(value, str):
             return value
-        try:
-            if os.path.isfile(value):
+        if os.path.isfile(value):
+            try:
                 with open(value, encoding="utf-8") as f:
                     return json.load(f)
+            except ValueError as e:
+                self.fail(f"{value}: not JSON: {e}", param, ctx)
+        try:
             return json.loads(value)
         except ValueError as e:
-            self.fail(f"not JSON: {e}", param, ctx)
+            self.fail(f"not JSON, nor a file of that name: {e}", param, ctx)
 
     def get_metavar(self, param, ctx=None) -> str:
         return "JSON"

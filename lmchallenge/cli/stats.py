@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import math
 import sys
 from typing import Any
 
@@ -11,7 +13,7 @@ from lmchallenge.cli.options import partial_option, set_verbosity
 from lmchallenge.cli.uncertainty import stats_options, uncertain_rows, wanted
 from lmchallenge.logs import rundir
 from lmchallenge.stats.compute import state_of_log
-from lmchallenge.stats.output import OUTPUTS
+from lmchallenge.stats.output import OUTPUTS, flatten
 from lmchallenge.tuning import keep_freed_memory
 
 
@@ -48,4 +50,17 @@ def cli(log: tuple[str, ...], verbose: int, lines: int | None, output: str, huma
         return
     rows = [dict(log=path, **state_of_log(path, lines).result(human=human),
                  **(rundir.coverage(path) or {})) for path in log or ("-",)]
+    for row in rows:
+        warn_non_finite(row)
     sys.stdout.write(OUTPUTS[output](rows))
+
+
+def warn_non_finite(row: dict[str, Any]) -> None:
+    """Warn about figures of a statistics row that are not finite (printed as LM Challenge
+    5.x prints them: ``NaN``, not JSON): the log holds a NaN or infinite score."""
+    bad = [key for key, value in flatten(row).items()
+           if isinstance(value, float) and not math.isfinite(value)]
+    if bad:
+        logging.getLogger(__name__).warning(
+            "%s: %s not finite: the log holds a NaN or infinite score (lmc validate %s names "
+            "the first)", row["log"], ", ".join(bad), row["log"])
