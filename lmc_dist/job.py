@@ -35,6 +35,7 @@ from lmchallenge.errors import LmcError, ModelError
 from lmchallenge.tuning import DASK_EMBEDDED_CONFIG
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.logs.convert import convert_file, join_logs
+from lmchallenge.logs.files import check_writable
 from lmchallenge.logs.rundir import STATS, changed_rows, finished_part
 from lmchallenge.model.files import changed, named_files
 from lmchallenge.model.spec import PredictorSpec
@@ -297,7 +298,8 @@ def execute(job: DistJob) -> RunReport:
     is done (:func:`lmc_dist.commit.commit`).
 
     Raises:
-        InputError: bad corpus (before any model starts).
+        InputError: bad corpus (before any model starts), or an ``--output`` that cannot
+            be written (before anything is done).
         RunDirBusy: another ``lmc-dist run`` is writing the run dir.
         LmcError: the run dir holds another run (without ``--resume``), cannot be resumed,
             does not exist (with ``--resume``: a mistyped path would cost a whole run), or
@@ -305,6 +307,8 @@ def execute(job: DistJob) -> RunReport:
         KeyboardInterrupt: after saving the manifest (the run can be resumed).
     """
     started = time.monotonic()
+    if job.output:
+        check_writable(job.output)      # before any work is done for it
     if job.resume and not os.path.exists(job.run_dir) and "://" not in job.run_dir:
         raise LmcError(f"{job.run_dir}: no such run dir to resume (without --resume, lmc-dist "
                        "run starts a run there)")

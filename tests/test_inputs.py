@@ -504,3 +504,14 @@ def test_statistics_that_are_not_finite_are_warned_about(tmp_path):
     assert result.returncode == 0 and math.isnan(json.loads(result.stdout)["entropy"]["mean"])
     assert result.stderr.decode() == (f"WARNING\t{log}: entropy.mean not finite: the log holds a "
                                       f"NaN or infinite score (lmc validate {log} names the first)\n")
+
+
+def test_lmc_dist_output_that_cannot_be_written_is_refused_before_the_run(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("in the beginning\n")
+    (tmp_path / "adir.txt").mkdir()
+    assert_error(run(LMC_DIST, "run", toy_model_command(), "we", "--input", str(corpus),
+                     "--run-dir", str(tmp_path / "rd"), "--workers", "1",
+                     "--output", str(tmp_path / "adir.txt")),
+                 f"{tmp_path / 'adir.txt'}: cannot write: Is a directory", prog="lmc-dist")
+    assert not (tmp_path / "rd").exists()
