@@ -444,12 +444,12 @@ def _finished_partitions(run_dir: str, old: dict[str, Any] | None, manifest: dic
     old_entries = old["partitions"] if old is not None else [None] * len(manifest["partitions"])
     for entry, new_entry in zip(old_entries, manifest["partitions"]):
         found = finished_part(run_dir, new_entry["file"])
-        changed = changed_rows(found, entry) if found is not None and entry is not None else None
+        if found is None:
+            continue
+        changed = changed_rows(found, entry) if entry is not None else None
         if changed is not None:        # cut short or swapped since: made again
             LOG.warning("%s: %s: computing it again", found, changed)
             os.remove(found)
-            continue
-        if found is None:
             continue
         if entry is not None and entry.get("state") == "done":
             new_entry.update(entry)

@@ -73,19 +73,20 @@ def open_binary(path: str) -> contextlib.AbstractContextManager[BinaryIO]:
     return open(path, "rb")
 
 
-def is_stream(path: str) -> bool:
-    """Whether ``path`` can be read only once: ``-`` (standard input), a pipe (a named FIFO,
-    bash's ``<(...)``, ``/dev/stdin``), a character device or a socket.  A path that does not
-    exist, a URL, a regular file or a directory is not."""
-    if path == "-":
-        return True
-    if "://" in path:
-        return False
+def is_special_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` exists and is a pipe (a named FIFO, bash's ``<(...)``,
+    ``/dev/stdin``), a character device or a socket: read once, written in place."""
     try:
         mode = os.stat(path).st_mode
     except OSError:
         return False
     return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)
+
+
+def is_stream(path: str) -> bool:
+    """Whether ``path`` can be read only once: ``-`` (standard input) or a special file
+    (:func:`is_special_file`); a URL, a regular file, a directory or a missing path is not."""
+    return path == "-" or ("://" not in path and is_special_file(path))
 
 
 def whole_line_blocks(read: Callable[[int], bytes], size: int = 1 << 16) -> Iterator[bytes]:

@@ -17,13 +17,13 @@ import contextlib
 import gzip
 import io
 import os
-import stat
 import sys
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Literal
 
+from lmchallenge.corpus import is_special_file
 from lmchallenge.errors import InputError
 from lmchallenge.logs import rundir
 
@@ -103,16 +103,6 @@ def read_errors(path: str) -> Iterator[None]:
         raise InputError(path, None, "no such file") from None
     except (OSError, EOFError, zlib.error) as e:
         raise InputError(path, None, f"cannot read: {e}") from None
-
-
-def is_special_file(path: str | os.PathLike) -> bool:
-    """Whether ``path`` exists and is a pipe, a character device or a socket (written
-    directly, not replaced)."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return False
-    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)
 
 
 def check_writable(path: str) -> None:

@@ -34,7 +34,7 @@ def named_files(command: str, options: dict[str, Any] | None = None) -> dict[str
         words = shlex.split(command)
     except ValueError:      # unbalanced quotes: the shell will say so
         words = []
-    words += [v for v in _strings(options or {})]
+    words += _strings(options or {})
     stamps: dict[str, FileStamp] = {}
     for word in words:
         stamp = _stamp(word)

@@ -395,7 +395,7 @@ class ShellModel(Model):
         if not inbox and select.select([self._out_fd], [], [], 0)[0]:
             inbox = os.read(self._out_fd, 1 << 16)   # b"": it exited; the next request says so
         if inbox:
-            raise self._more_than_asked(inbox.split(b"\n", 1)[0].decode("utf-8", "replace"))
+            raise self._more_than_asked(_first_line(inbox))
 
     def _more_than_asked(self, line: str, skip: int = 0) -> ModelError:
         """The error for an answer ``line`` beyond every request sent, ``skip`` lines after
@@ -429,8 +429,7 @@ class ShellModel(Model):
                 break
             rest += chunk
         if rest.strip(b"\r\n"):   # (blank lines at exit are let go: a trailing newline)
-            raise self._more_than_asked(rest.lstrip(b"\r\n").split(b"\n", 1)[0]
-                                        .decode("utf-8", "replace"))
+            raise self._more_than_asked(_first_line(rest.lstrip(b"\r\n")))
         self.close()
 
     def close(self) -> None:
@@ -448,6 +447,11 @@ class ShellModel(Model):
             self.kill()
             self._proc.wait()
         self._proc.stdout.close()
+
+
+def _first_line(data: bytes) -> str:
+    """The first line of ``data``, decoded (bytes that are not UTF-8 replaced)."""
+    return data.split(b"\n", 1)[0].decode("utf-8", "replace")
 
 
 def _shown_pairs(result: Result, most: int = 6) -> str:
