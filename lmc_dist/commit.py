@@ -191,8 +191,9 @@ def remove_leftovers(run_dir: str) -> None:
 
 def commit(run_dir: str, manifest: dict[str, Any], stats: dict[str, Any]) -> None:
     """Make the finished run a log: ``_stats.json``, the parts moved to the top level, the
-    manifest's ``finished`` set (the commit point), then the marker and the empty
-    ``_temporary/`` removed.
+    manifest's ``finished`` set (the commit point), then the empty ``_temporary/`` and last
+    the marker removed (a run killed in between is refused by Parquet readers until
+    ``--resume`` tidies it).
 
     Args:
         run_dir: the run dir (locked by this process).
@@ -211,9 +212,9 @@ def commit(run_dir: str, manifest: dict[str, Any], stats: dict[str, Any]) -> Non
             os.replace(source, os.path.join(run_dir, entry["file"]))
     manifest["finished"] = manifest.get("finished") or mf.now()   # a resumed finished run keeps its time
     mf.save(run_dir, manifest)
-    for note in (UNFINISHED, LEGACY_UNFINISHED):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(run_dir, note))
     remove_leftovers(run_dir)
     with contextlib.suppress(FileNotFoundError, OSError):
         os.rmdir(temporary_dir(run_dir))      # only if empty: never a file we did not write
+    for note in (UNFINISHED, LEGACY_UNFINISHED):   # last: until it goes, Parquet readers refuse
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(run_dir, note))

@@ -22,7 +22,7 @@ a success marker at the end; Delta Lake keeps a commit log in the same spirit)::
 
 Commit, in this order: every partition done -> ``_stats.json`` written -> each part file
 renamed from ``_temporary/`` to ``RUN_DIR/`` -> ``_manifest.json`` rewritten with
-``"finished"`` set (the commit point) -> the note and the empty ``_temporary/``
+``"finished"`` set (the commit point) -> the empty ``_temporary/`` and, last, the note
 removed.  A finished run dir therefore holds exactly ``part-NNNNN.*``, ``_manifest.json`` and
 ``_stats.json`` (and the hidden lock file).  A crash anywhere before the commit point leaves
 an unfinished run that ``lmc-dist run --resume`` completes without recomputing a finished
