@@ -53,6 +53,34 @@ def test_by_user_is_one_row_per_user(tmp_path):
     assert len(table) == len(expected) and "prediction.hit1" in table[0]
 
 
+def test_by_user_keeps_integer_users_apart_from_messages_without_user(tmp_path):
+    """Integer users ({"user": 3}) are users of their own, in jsonl and Parquet logs: neither
+    one null-user row, nor merged with the user-less message of the same number, nor with
+    the string user "3"."""
+    data = []
+    for user, messages in ((None, 4), (3, 2), ("3", 1), (1, 3)):
+        for message in range(messages):
+            for token in range(2):
+                data.append({"user": user, "message": message, "token": token, "character": 2 * token,
+                             "target": "ab"[token], "logp": -(1 + message + token + (user == 3))})
+    jsonl = tmp_path / "mixed.jsonl"
+    jsonl.write_text("".join(json.dumps(d) + "\n" for d in data))
+    ints = [d for d in data if d["user"] != "3"]
+    parquet = tmp_path / "ints.parquet"
+    write_parquet(ints, str(parquet))
+    for log, users in ((jsonl, [None, "3", 1, 3]), (parquet, [None, 1, 3])):
+        expected = by_hand(log, lambda d: d["user"])
+        rows = [json.loads(line) for line in run_lmc("stats", "--by", "user", str(log)).stdout.splitlines()]
+        assert [r["user"] for r in rows] == users
+        for row in rows:
+            hand = expected[row["user"]]
+            assert row["tokens"] == hand["tokens"]
+            assert row["entropy"]["mean"] == pytest.approx(hand["logp"] / hand["scored"], rel=1e-12)
+        # the bootstrap groups: each user, and each message without user
+        keys = bootstrap.summarise(str(log)).table.keys
+        assert keys == ["3", 1, 3, (None, 0), (None, 1), (None, 2), (None, 3)][log == parquet:]
+
+
 def test_by_message_length_bins_messages_by_tokens():
     path = LOGS / "rails.we.jsonl"
     messages = by_hand(path, lambda d: (d["user"], d["message"]))

@@ -91,7 +91,8 @@ CHUNK_CELLS = 1 << 22
 METHODS = ("percentile", "bca")
 
 GroupKey = Hashable
-"""A group: the user (a string), or the message number (an int) of a token without user."""
+"""A group: the user (a string or an integer, as the log gives it), or ``(None, message)``
+for the tokens of a message without user; ``(user, message)`` where groups are messages."""
 
 _FLUSH_ROWS = 4096
 FEW_GROUPS = 20
@@ -121,10 +122,19 @@ class Settings:
         return f"{self.method}|c.{self.confidence:g}|n.{self.resamples}|seed.{self.seed}"
 
 
-def _sort_key(key: GroupKey) -> tuple[int, Any]:
-    if isinstance(key, tuple):      # (user, message)
-        return (2, (key[0] is not None, key[0] or "", key[1]))
-    return (1, key) if isinstance(key, int) else (0, key)
+def user_order(user: str | int | None) -> tuple[int, Any]:
+    """A sort key of users: no user first, then strings, then integers (``1`` and ``"1"``
+    are different users), each in their own order."""
+    if user is None:
+        return (0, 0)
+    return (1, user) if isinstance(user, str) else (2, user)
+
+
+def _sort_key(key: GroupKey) -> tuple[int, Any, int]:
+    """Users first, then messages: ``(user, message)``, those without user first."""
+    if isinstance(key, tuple):
+        return (1, user_order(key[0]), key[1])
+    return (0, user_order(key), 0)
 
 
 @dataclass
@@ -231,7 +241,7 @@ class GroupSums:
         if self.by_message:
             key: GroupKey = (user, int(datum.get("message") or 0))
         else:
-            key = user if user is not None else int(datum.get("message") or 0)
+            key = user if user is not None else (None, int(datum.get("message") or 0))
         results = datum.get("results")
         if results is not None:
             self._wr_scores.add(*reranking.target_first(target, results))
@@ -252,7 +262,7 @@ class GroupSums:
             self._wr_pending = []
             self._wr_scores.packed()    # rows stay in the order of _wr_groups
 
-    def add_rows(self, users: list[str | None], user_codes: np.ndarray, messages: np.ndarray,
+    def add_rows(self, users: list[str | int | None], user_codes: np.ndarray, messages: np.ndarray,
                  columns: dict[str, np.ndarray], wr: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         """Add the selected rows of a record batch.
 
@@ -283,7 +293,7 @@ class GroupSums:
             keys = [(users[c] if c >= 0 else None, m)
                     for c, m in zip(user_codes[starts].tolist(), messages[starts].tolist())]
         else:
-            keys = [users[c] if c < len(users) else int(c - len(users) + low)
+            keys = [users[c] if c < len(users) else (None, int(c - len(users) + low))
                     for c in composite[starts].tolist()]
         ids = self._ids(keys)
         sums = np.zeros((len(starts), len(COLUMNS)))

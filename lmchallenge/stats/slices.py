@@ -82,13 +82,13 @@ def slices(path: str, by: str, lines: int | None = None, derived: bool = False) 
     counts: dict[Any, int] = {}
     for key, sums in zip(table.keys, table.sums):
         if by == "user":
-            label = key if isinstance(key, str) else None
+            label = None if isinstance(key, tuple) else key    # (None, message): no user
         else:
             label = length_bin(int(sums[bootstrap.COLUMN["tokens"]]))
         bins[label] = bins.get(label, 0) + sums
         counts[label] = counts.get(label, 0) + 1
     if by == "user":
-        order = sorted(bins, key=lambda u: (u is not None, u or ""))
+        order = sorted(bins, key=bootstrap.user_order)
         return [dict(log=path, user=u, **_figures(bins[u], metrics)) for u in order]
     order = sorted(bins, key=lambda b: int(b.split("-")[0]))
     return [dict(log=path, message_length=b, messages=counts[b], **_figures(bins[b], metrics)) for b in order]
@@ -122,7 +122,7 @@ class TokenColumns:
             self._wr_pending.append(self.rows)
         self.rows += 1
 
-    def add_rows(self, users: list[str | None], user_codes: np.ndarray, messages: np.ndarray,
+    def add_rows(self, users: list[str | int | None], user_codes: np.ndarray, messages: np.ndarray,
                  columns: dict[str, np.ndarray], wr: Any = None) -> None:
         self._flush()
         n = len(user_codes)
