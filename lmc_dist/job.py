@@ -232,6 +232,7 @@ def _identity(job: DistJob, scan_result, old: dict[str, Any] | None) -> dict[str
         part_names=[part_name(p.index, job.out_format) for p in scan_result.partitions])
     manifest["partition_size"] = scan_result.size.to_json()
     manifest["predictor_files"] = named_files(job.predictor.describe(), job.predictor.options)
+    manifest["user_type"] = scan_result.users.kind if old is None else old.get("user_type", "string")
     return manifest
 
 
@@ -377,6 +378,8 @@ def in_background(function: Any, *args: Any, **kwargs: Any) -> Future:
 def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any] | None) -> RunReport:
     """Record the run in its manifest, run the partitions still to do and commit the run
     (when all of them succeeded); the report's ``seconds`` is left for the caller."""
+    if job.out_format == "parquet":
+        scanned.users.check_one_type(job.input)
     manifest = _identity(job, scanned, old)
     if old is not None:
         mf.check_resumable(old, manifest)
@@ -393,7 +396,7 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
                            if "://" not in scanned.path else scanned.path,
                            corpus_name=job.input, corpus_format=scanned.corpus_format, partition=p,
                            game=job.game, predictor=job.predictor, train=job.train,
-                           out_format=job.out_format)
+                           out_format=job.out_format, user_type=manifest["user_type"])
              for p in scanned.partitions]
     register_model_pool(client, job)
     workers = workers_of(client, job) or (job.workers or 1)

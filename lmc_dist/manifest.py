@@ -71,6 +71,8 @@ class Manifest(TypedDict):
         predictor_files: the files the model's command names (weights, vocabulary), by
             absolute path, with their size and modification time when the run began
             (:mod:`lmchallenge.model.files`; ``--resume`` warns if one changed).
+        user_type: ``string`` or ``integer``: the type of the users in the Parquet parts
+            (absent in runs of an lmc-dist before it was recorded: strings).
     """
 
     game: str
@@ -91,6 +93,7 @@ class Manifest(TypedDict):
     partitions: list[PartitionRecord]
     partition_size: NotRequired[dict[str, Any]]
     predictor_files: NotRequired[dict[str, Any]]
+    user_type: NotRequired[str]
 
 
 IDENTITY_KEYS = ("game", "game_options", "predictor", "corpus_sha256", "corpus_format",

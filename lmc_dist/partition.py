@@ -33,7 +33,8 @@ import io
 import os
 import shutil
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import fsspec
 
@@ -41,6 +42,7 @@ from lmchallenge.corpus import (READ_ERRORS, Message, decode_lines, first_non_bl
                                  parse_json_row)
 from lmchallenge.corpus import detect_format as corpus_format_of
 from lmchallenge.errors import InputError
+from lmchallenge.logs.parquet import mixed_users_message
 
 from lmc_dist.sizing import SAMPLE_BYTES, ForCluster, PartitionSize, QueryCost
 
@@ -86,6 +88,7 @@ class ScanResult:
         partitions: in corpus order.
         messages, characters: totals.
         size: the size the partitions were cut at.
+        users: the types of the corpus' users.
     """
 
     path: str
@@ -95,6 +98,42 @@ class ScanResult:
     messages: int
     characters: int
     size: PartitionSize | None = None
+    users: UserTypes = field(default_factory=lambda: UserTypes())
+
+
+@dataclass
+class UserTypes:
+    """The types of a corpus' users (a json corpus gives each as a string or an integer,
+    :mod:`lmchallenge.corpus`), for the type of the Parquet log's user column
+    (:data:`lmchallenge.logs.parquet.USER_TYPES`).
+
+    Attributes:
+        first: per type (``string``, ``integer``), the line of its first user and the user.
+    """
+
+    first: dict[str, tuple[int, Any]] = field(default_factory=dict)
+
+    def add(self, message: Message) -> None:
+        """Note the user of ``message`` (read from line ``message.line``)."""
+        if message.user is not None:
+            kind = "string" if isinstance(message.user, str) else "integer"
+            if kind not in self.first:
+                self.first[kind] = (message.line, message.user)
+
+    @property
+    def kind(self) -> str:
+        """``integer`` where every user is an integer (at least one), else ``string``."""
+        return "integer" if set(self.first) == {"integer"} else "string"
+
+    def check_one_type(self, name: str) -> None:
+        """Raise InputError (naming ``name`` and the line) if users of both types occur."""
+        if len(self.first) < 2:
+            return
+        (line, user), (other_line, other) = sorted(self.first.values(), key=lambda v: -v[0])
+        raise InputError(name, line, mixed_users_message(
+            user, f"user {other!r} of line {other_line} is "
+                  f"{'an integer' if isinstance(other, int) else 'a string'}",
+            jsonl="write the parts as jsonl (--part-format jsonl)"))
 
 
 @dataclass
@@ -232,12 +271,15 @@ def scan(path: str, fmt: str, size: int | PartitionSize | ForCluster, train: boo
         if isinstance(size, ForCluster):
             size = size.resolve(per_byte * (total_bytes or SAMPLE_BYTES))
     cutter = _Cutter(size, train, total_bytes=total_bytes, cost=cost, queries_per_byte=per_byte)
+    users = UserTypes()
     for line in _lines(plain, fmt, path):
         cutter.add(line)
+        if line.message is not None:
+            users.add(line.message)
     partitions = cutter.finish()
     return ScanResult(path=plain, corpus_format=fmt, sha256=sha256, partitions=partitions,
                       messages=sum(p.messages for p in partitions),
-                      characters=sum(p.characters for p in partitions), size=size)
+                      characters=sum(p.characters for p in partitions), size=size, users=users)
 
 
 def _queries_per_byte(plain: str, fmt: str, name: str, cost: QueryCost) -> float:

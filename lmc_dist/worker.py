@@ -151,6 +151,8 @@ class PartitionTask:
         game, predictor: what to run.
         train: train/clear the model (whole user groups only).
         out_format: ``parquet`` or ``jsonl`` (written as ``.jsonl.gz``).
+        user_type: the run's type of users, ``string`` or ``integer``: that of the user
+            column of every Parquet part (:data:`lmchallenge.logs.parquet.USER_TYPES`).
     """
 
     run_dir: str
@@ -162,6 +164,7 @@ class PartitionTask:
     predictor: PredictorSpec
     train: bool
     out_format: str = "parquet"
+    user_type: str = "string"
 
     @property
     def output_path(self) -> str:
@@ -229,7 +232,8 @@ def evaluate_partition(task: PartitionTask) -> PartitionOutcome:
     try:
         rows = write_log(run_game(game, model, messages, train=task.train,
                                   first_message=task.partition.first_message),
-                         task.output_path, game=task.game.name, compresslevel=PART_GZIP_LEVEL)
+                         task.output_path, game=task.game.name, compresslevel=PART_GZIP_LEVEL,
+                         user_type=task.user_type)
     except BaseException:     # the model may be in any state: the next partition starts anew
         pool.discard(task.predictor)
         raise

@@ -368,6 +368,55 @@ def test_bad_corpus_stops_before_any_model(tmp_path):
     assert not list((tmp_path / "run").glob("part-*"))
 
 
+def integer_users(commits: Path, path: Path, rows: int = 150, string_from: int | None = None) -> Path:
+    """The first ``rows`` rows of ``commits`` with users numbered (as strings from row
+    ``string_from`` on)."""
+    numbers: dict[str, int] = {}
+    with open(commits, encoding="utf-8") as f, open(path, "w", encoding="utf-8") as out:
+        for i, line in zip(range(rows), f):
+            row = json.loads(line)
+            user = numbers.setdefault(row.pop("userId"), len(numbers))
+            row["user"] = str(user) if string_from is not None and i >= string_from else user
+            out.write(json.dumps(row) + "\n")
+    return path
+
+
+def test_integer_users_are_integers_in_the_parquet_parts(tmp_path, commits):
+    """{"user": 7} is logged as 7 by lmc run: the parts hold it as int64 and the run's log and
+    statistics (fingerprint included) are lmc run's."""
+    corpus = integer_users(commits, tmp_path / "int.jsonl")
+    expected = lmc_run(["we"], corpus)
+    run_dir = tmp_path / "run"
+    result = lmc_dist(["run", toy_model_command(), "we", "--input", str(corpus), "--run-dir",
+                       str(run_dir), "--workers", "2", "--partition-chars", "2000"])
+    assert concatenated(run_dir) == expected
+    frame = pd.read_parquet(run_dir)
+    assert frame["user"].dtype == "int64" and frame["user"].iloc[0] == 0
+    manifest = json.loads((run_dir / "_manifest.json").read_text())
+    assert manifest["user_type"] == "integer" and len(manifest["partitions"]) > 2
+    (tmp_path / "all.jsonl").write_bytes(expected)
+    lmc_stats = json.loads(subprocess.run([str(BIN / "lmc"), "stats", str(tmp_path / "all.jsonl")],
+                                          capture_output=True, check=True).stdout)
+    lmc_stats.pop("log")
+    assert json.loads(result.stdout) == lmc_stats
+
+
+def test_users_of_both_types_stop_a_parquet_run_before_any_model(tmp_path, commits):
+    corpus = integer_users(commits, tmp_path / "mixed.jsonl", rows=40, string_from=30)
+    result = lmc_dist(["run", toy_model_command(), "we", "--input", str(corpus), "--run-dir",
+                       str(tmp_path / "run"), "--workers", "1"], check=False)
+    assert result.returncode == 2
+    user = json.loads(corpus.read_text().splitlines()[30])["user"]
+    assert (f"{corpus}:31: user {user!r} is a string but user 0 of line 1 is an integer: the user "
+            f"column of a Parquet log holds one type") in result.stderr.decode()
+    assert "--part-format jsonl" in result.stderr.decode()
+    assert not (tmp_path / "run").exists()
+    # as jsonl parts the users keep their types, and the log is lmc run's
+    lmc_dist(["run", toy_model_command(), "we", "--input", str(corpus), "--run-dir",
+              str(tmp_path / "run"), "--workers", "1", "--part-format", "jsonl"])
+    assert concatenated(tmp_path / "run") == lmc_run(["we"], corpus)
+
+
 def test_the_corpus_is_scanned_while_the_cluster_starts(tmp_path, monkeypatch):
     """The scan does not wait for the cluster, nor the cluster for the scan: each of the two
     (stand-ins around the real scan) waits until the other has begun, which only a scan

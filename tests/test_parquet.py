@@ -271,3 +271,71 @@ def test_sliced_batches_decode_results_from_their_own_offsets(tmp_path):
     P.write_parquet(data, str(out))
     batch = pq.read_table(out).combine_chunks().to_batches()[0]
     assert list(P._batch_datums(batch.slice(6, 9))) == data[6:15]
+
+
+# --- the type of the users ------------------------------------------------------------------
+
+def test_integer_users_stay_integers(tmp_path):
+    """{"user": 7} in a corpus logs user 7 (LM Challenge 5.x); its Parquet log has an int64
+    user column and reads back as the same datums, with the jsonl log's fingerprint."""
+    data = [dict(we_datum(i), user=None if i % 5 == 0 else i // 10) for i in range(40)]
+    out = tmp_path / "int.parquet"
+    # row groups of 4 rows: the first group's first user is null, its type known by its second
+    P.write_parquet(iter(data), str(out), row_group_rows=4)
+    assert pq.ParquetFile(out).schema_arrow.field("user").type == pa.int64()
+    assert list(P.iter_parquet(str(out))) == data
+    assert [dumps_datum(d) for d in P.iter_parquet(str(out))] == [dumps_datum(d) for d in data]
+
+
+def test_users_of_a_first_batch_without_any_are_retyped(tmp_path, monkeypatch):
+    """Batches converted before any user was seen (string nulls) join the integer column."""
+    monkeypatch.setattr(P, "CONVERT_ROWS", 3)
+    data = [dict(we_datum(i), user=None if i < 7 else 3) for i in range(20)]
+    out = tmp_path / "late.parquet"
+    P.write_parquet(data, str(out), row_group_rows=10)
+    assert pq.ParquetFile(out).schema_arrow.field("user").type == pa.int64()
+    assert [d["user"] for d in P.iter_parquet(str(out))] == [None] * 7 + [3] * 13
+
+
+@pytest.mark.parametrize("first, later, said", [
+    (1, "1", "datum 5: user '1' is a string but user 1 before it is an integer"),
+    ("a", 2, "datum 5: user 2 is an integer but user 'a' before it is a string"),
+])
+def test_users_of_both_types_are_refused_and_no_file_is_left(tmp_path, first, later, said):
+    data = [dict(we_datum(i), user=first if i < 4 else later) for i in range(8)]
+    out = tmp_path / "mixed.parquet"
+    with pytest.raises(InputError) as caught:
+        P.write_parquet(data, str(out))
+    assert said in str(caught.value)
+    assert "holds one type" in str(caught.value) and "write the log as jsonl" in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_given_user_type_fixes_the_column_even_without_users(tmp_path):
+    """lmc-dist gives every part the run's type: a part holding no user still agrees."""
+    out = tmp_path / "none.parquet"
+    P.write_parquet([we_datum(1), we_datum(2)], str(out), user_type="integer")
+    assert pq.ParquetFile(out).schema_arrow.field("user").type == pa.int64()
+    P.write_parquet([], str(out), game="we", user_type="integer")
+    assert pq.ParquetFile(out).schema_arrow.field("user").type == pa.int64()
+    with pytest.raises(InputError, match="datum 1: user 'u0' is a string but the log's users "
+                                         "are integers"):
+        P.write_parquet([we_datum(0)], str(out), user_type="integer")
+
+
+def test_a_first_row_group_without_users_fixes_strings(tmp_path):
+    """Once a row group is written its user column's type is fixed: strings where it held no
+    user; an integer user after it is refused (it would be written as text otherwise)."""
+    data = [dict(we_datum(i), user=None if i < 4 else 5) for i in range(6)]
+    with pytest.raises(InputError, match="datum 5: user 5 is an integer but the log's users are strings"):
+        P.write_parquet(data, str(tmp_path / "x.parquet"), row_group_rows=4)
+
+
+def test_parts_with_users_of_different_types_are_not_one_run(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    P.write_parquet([dict(we_datum(1), user=1)], str(run / "part-00000.parquet"))
+    P.write_parquet([dict(we_datum(2), user="1")], str(run / "part-00001.parquet"))
+    with pytest.raises(InputError, match=r"part-00001.parquet: its users are strings, those of "
+                                         r"part-00000.parquet integers: not parts of one run"):
+        P.read_table(str(run))

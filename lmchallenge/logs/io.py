@@ -32,7 +32,7 @@ def _iter_parts(parts: list[Path]) -> Iterator[Datum]:
 
 
 def write_log(data: Iterable[Datum], path: str, game: str | None = None,
-              compresslevel: int = 6) -> int:
+              compresslevel: int = 6, user_type: str | None = None) -> int:
     """Write a log to ``path`` in the form its name says (``-``, .jsonl, .jsonl.gz, .parquet).
 
     Args:
@@ -40,12 +40,14 @@ def write_log(data: Iterable[Datum], path: str, game: str | None = None,
         path: destination.
         game: ``wc``/``we``/``ce``/``wr`` when known (fixes the Parquet schema of an empty log).
         compresslevel: gzip level of a ``.gz`` destination.
+        user_type: the users' type in a Parquet destination, ``string`` or ``integer`` (None:
+            as the first user says; :func:`lmchallenge.logs.parquet.write_parquet`).
     Returns:
         The number of datums written.
     """
     if path != "-" and file_form(path) == "parquet":
         from lmchallenge.logs import parquet  # imports pyarrow: only for Parquet
-        return parquet.write_parquet(data, path, game=game)
+        return parquet.write_parquet(data, path, game=game, user_type=user_type)
     counted = _Counted(data)
     dump_jsonlines(counted, path, compresslevel=compresslevel)
     return counted.n

@@ -5,7 +5,7 @@ One row per log datum (token).  Columns, in this order:
 =============== ===================================================== ========
 column          type                                                  null?
 =============== ===================================================== ========
-``user``        string (an integer user: its decimal text)            yes
+``user``        string, or int64 where the users are integers           yes
 ``message``     int64 (message index within the user's group)        no
 ``token``       int64 (token index within the message)               no
 ``character``   int64 (code-point offset of the token in the message) no
@@ -13,6 +13,9 @@ column          type                                                  null?
 ``select``      bool (null: the datum had no ``select`` key)          yes
 =============== ===================================================== ========
 
+(``user`` holds one type: a log whose users are integers (a jsonlines corpus' ``{"user": 7}``)
+has an int64 column, so that it reads back as the same log; ``1`` and ``"1"``, different users
+in LM Challenge 5.x, cannot share a Parquet log: :data:`USER_TYPES`),
 followed by the payload of the game:
 
 * ``wc``: ``completions`` list<list<string>> (per typed prefix, the model's
@@ -30,6 +33,7 @@ direction holds a whole log in memory.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -53,6 +57,10 @@ RESULT_TYPE = pa.struct([
     pa.field("lm", pa.float64()),
 ])
 """The element type of the ``wr`` ``results`` column."""
+
+USER_TYPES = {"string": pa.string(), "integer": pa.int64()}
+"""The Arrow type of the ``user`` column by the type of the log's users (string users, or none
+at all: ``string``)."""
 
 _ARROW_TYPES: dict[str, tuple[pa.DataType, bool]] = {
     "user": (pa.string(), True),
@@ -90,21 +98,25 @@ _OPTIONAL_KEYS = frozenset(OPTIONAL_COLUMNS)
 
 # --- schema ---------------------------------------------------------------------------
 
-def schema_for(game: str | None) -> pa.Schema:
+@functools.lru_cache(maxsize=None)
+def schema_for(game: str | None, user_type: str = "string") -> pa.Schema:
     """The Arrow schema of a Parquet log of ``game`` (docs/formats.md, "Parquet").
 
     Args:
         game: ``wc``, ``we``, ``ce`` (same columns as ``we``) or ``wr``; None gives
             the six common columns only (a log without payload).
+        user_type: ``string`` or ``integer`` (:data:`USER_TYPES`): the type of the users.
     Returns:
         The schema: ``user``, ``message``, ``token``, ``character``, ``target``,
         ``select``, then the game's payload columns.
     Raises:
         LmcError: ``game`` is not one of the above.
+        KeyError: ``user_type`` is not one of the above.
     """
     if game not in _PAYLOAD_FIELDS:
         raise LmcError(f"unknown game {game!r}: expected one of {', '.join(GAMES)}")
-    return pa.schema(list(_COMMON_FIELDS) + list(_PAYLOAD_FIELDS[game]))
+    schema = pa.schema(list(_COMMON_FIELDS) + list(_PAYLOAD_FIELDS[game]))
+    return schema.set(0, pa.field("user", USER_TYPES[user_type], nullable=True))
 
 
 def _datum_keys(schema: pa.Schema) -> frozenset[str]:
@@ -112,10 +124,29 @@ def _datum_keys(schema: pa.Schema) -> frozenset[str]:
     return frozenset(schema.names) - _OPTIONAL_KEYS
 
 
+def user_kind(user: Any) -> str | None:
+    """The :data:`USER_TYPES` key of one user (None for no user, or a value of another type)."""
+    if isinstance(user, str):
+        return "string"
+    if isinstance(user, int) and not isinstance(user, bool):
+        return "integer"
+    return None
+
+
+def mixed_users_message(user: Any, other: str, jsonl: str = "write the log as jsonl") -> str:
+    """Why ``user`` cannot join a Parquet log whose users are of the other type, as
+    ``other`` says (``'user "a" of line 3 is a string'``); ``jsonl`` says how to write jsonl
+    instead."""
+    return (f"user {user!r} is {'an integer' if user_kind(user) == 'integer' else 'a string'} "
+            f"but {other}: the user column of a Parquet log holds one type (1 and \"1\" are "
+            f"different users); give every user as a string or every one as an integer, or "
+            f"{jsonl}")
+
+
 # --- writing --------------------------------------------------------------------------
 
 def write_parquet(data: Iterable[Datum], path: str, game: str | None = None, *,
-                  row_group_rows: int = ROW_GROUP_ROWS) -> int:
+                  user_type: str | None = None, row_group_rows: int = ROW_GROUP_ROWS) -> int:
     """Write log datums to one Parquet file, atomically, in bounded row groups.
 
     The layout is that of docs/formats.md, "Parquet" (see :func:`schema_for`).
@@ -126,20 +157,24 @@ def write_parquet(data: Iterable[Datum], path: str, game: str | None = None, *,
     temporary file is left behind (an existing ``path`` is left untouched).
 
     Args:
-        data: LM Challenge 5.x log datums: ``user`` (str or None), ``message``,
-            ``token``, ``character`` (int), ``target`` (str), optional ``select``
-            (bool), and the payload of one game (``completions``; ``logp``;
+        data: LM Challenge 5.x log datums: ``user`` (str, int or None: all users of one
+            type), ``message``, ``token``, ``character`` (int), ``target`` (str), optional
+            ``select`` (bool), and the payload of one game (``completions``; ``logp``;
             ``verbatim`` + ``results``).
         path: the output file.
         game: ``wc``/``we``/``ce``/``wr``; None to detect it from the first datum
             (:func:`lmchallenge.logs.schema.detect_game`).  It fixes the columns, so an
             empty log with a known game still gets the full schema.
+        user_type: ``string`` or ``integer`` (:data:`USER_TYPES`); None to take it from the
+            first user in the first row group (``string`` if it has none), so that the
+            files of one run agree even where one holds no user.
         row_group_rows: rows per row group (positive).
     Returns:
         The number of datums (rows) written.
     Raises:
         InputError: a datum's keys (``select`` aside) differ from the game's columns,
-            e.g. a log mixing games, or a value does not fit its column's type.
+            e.g. a log mixing games, a value does not fit its column's type, or a user
+            is of the other type than the log's (:func:`mixed_users_message`).
         LmcError: ``game`` is unknown.
         ValueError: ``row_group_rows`` is not positive.
     """
@@ -149,24 +184,95 @@ def write_parquet(data: Iterable[Datum], path: str, game: str | None = None, *,
     first = next(iterator, None)
     if game is None and first is not None:
         game = detect_game(first)
-    schema = schema_for(game)
+    users = _Users(user_type, path)
+    schema_for(game, user_type or "string")   # both known, before any work
     rows = 0
     with atomic_path(path) as tmp:
-        with pq.ParquetWriter(tmp, schema) as writer:
+        writer: pq.ParquetWriter | None = None
+        try:
             group: list[pa.RecordBatch] = []
-            batches = _record_batches(first, iterator, schema, path, row_group_rows) \
+            batches = _record_batches(first, iterator, game, users, path, row_group_rows) \
                 if first is not None else iter(())
             for batch, ends_group in batches:
                 group.append(batch)
                 rows += batch.num_rows
                 if ends_group:
-                    writer.write_table(pa.Table.from_batches(group, schema=schema),
-                                       row_group_size=row_group_rows)
+                    writer = _write_group(writer, tmp, group, game, users, row_group_rows)
                     group = []
-            if group:
-                writer.write_table(pa.Table.from_batches(group, schema=schema),
-                                   row_group_size=row_group_rows)
+            if group or writer is None:
+                writer = _write_group(writer, tmp, group, game, users, row_group_rows)
+        finally:
+            if writer is not None:
+                writer.close()
     return rows
+
+
+class _Users:
+    """The type of a log's users while it is written: given, or fixed by the first user seen
+    (or, where the first row group holds none, by its being written: strings).
+
+    Args:
+        kind: ``string``, ``integer`` or None (not yet known).
+        path: the log, for errors.
+    """
+
+    def __init__(self, kind: str | None, path: str):
+        self.kind = kind
+        self.path = path
+        self._example: Any = None      # the first user seen, where it fixed the kind
+
+    def check(self, datums: Sequence[Datum], start: int) -> None:
+        """Raise InputError unless every user of ``datums`` (numbered from ``start``) is None
+        or of the log's kind (fixing it at the first user if not yet known)."""
+        for number, datum in enumerate(datums, start=start):
+            user = datum.get("user")
+            if user is None:
+                continue
+            kind = user_kind(user)
+            if kind == self.kind:
+                continue
+            if kind is None:
+                raise InputError(self.path, None, f"datum {number}: user {user!r} is a "
+                                                  f"{type(user).__name__}, not a string or an integer")
+            if self.kind is None:
+                self.kind, self._example = kind, user
+                continue
+            other = (f"user {self._example!r} before it is {_a(self.kind)}" if self._example is not None
+                     else f"the log's users are {self.kind}s")
+            raise InputError(self.path, None, f"datum {number}: {mixed_users_message(user, other)}")
+
+    def fix(self) -> str:
+        """The kind, fixed now (``string`` where no user has been seen)."""
+        if self.kind is None:
+            self.kind = "string"
+        return self.kind
+
+
+def _a(kind: str) -> str:
+    return "an integer" if kind == "integer" else "a string"
+
+
+def _write_group(writer: pq.ParquetWriter | None, tmp: str, group: list[pa.RecordBatch],
+                 game: str | None, users: _Users, row_group_rows: int) -> pq.ParquetWriter:
+    """Write ``group`` (record batches of one row group) as one row group, opening the writer
+    at the first (when the users' type is fixed); the writer."""
+    schema = schema_for(game, users.fix())
+    if writer is None:
+        writer = pq.ParquetWriter(tmp, schema)
+    batches = [batch if batch.schema == schema else _retyped_users(batch, schema)
+               for batch in group]
+    if batches:
+        writer.write_table(pa.Table.from_batches(batches, schema=schema),
+                           row_group_size=row_group_rows)
+    return writer
+
+
+def _retyped_users(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` (converted before the users' type was known: no user) with ``schema``'s user
+    column type."""
+    assert batch.column(0).null_count == batch.num_rows
+    columns = [pa.nulls(batch.num_rows, schema.field(0).type), *batch.columns[1:]]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 CONVERT_ROWS = 512
@@ -176,11 +282,11 @@ every live object: holding row groups of datums made those passes a third of the
 a ``wc`` run writing Parquet (BENCHMARKS.md, "scaling"); 128-4096 measured alike otherwise."""
 
 
-def _record_batches(first: Datum, rest: Iterator[Datum], schema: pa.Schema, path: str,
-                    group_rows: int) -> Iterator[tuple[pa.RecordBatch, bool]]:
+def _record_batches(first: Datum, rest: Iterator[Datum], game: str | None, users: _Users,
+                    path: str, group_rows: int) -> Iterator[tuple[pa.RecordBatch, bool]]:
     """``first`` and ``rest`` as checked record batches of at most :data:`CONVERT_ROWS` rows,
     none straddling a row group (``group_rows`` rows each), with whether it ends one."""
-    expected = _datum_keys(schema)
+    expected = _datum_keys(schema_for(game))
     pending: list[Datum] = []
     start = 1
     for number, datum in enumerate(_chain(first, rest), start=1):
@@ -188,11 +294,11 @@ def _record_batches(first: Datum, rest: Iterator[Datum], schema: pa.Schema, path
         pending.append(datum)
         ends_group = number % group_rows == 0
         if ends_group or len(pending) == CONVERT_ROWS:
-            yield _to_batch(pending, schema, path, start), ends_group
+            yield _to_batch(pending, users, game, path, start), ends_group
             pending = []
             start = number + 1
     if pending:
-        yield _to_batch(pending, schema, path, start), True
+        yield _to_batch(pending, users, game, path, start), True
 
 
 def _chain(first: Datum, rest: Iterator[Datum]) -> Iterator[Datum]:
@@ -216,8 +322,12 @@ def _check_keys(datum: Datum, expected: frozenset[str], number: int, path: str) 
         f"with the keys {sorted(expected)} (plus optional 'select')")
 
 
-def _to_batch(datums: Sequence[Datum], schema: pa.Schema, path: str, start: int) -> pa.RecordBatch:
-    """Columns of ``datums`` (datum numbers ``start``...) as a batch of ``schema``."""
+def _to_batch(datums: Sequence[Datum], users: _Users, game: str | None, path: str,
+              start: int) -> pa.RecordBatch:
+    """Columns of ``datums`` (datum numbers ``start``...) as a batch of ``game``'s schema with
+    the users' type (strings while no user has been seen)."""
+    users.check(datums, start)
+    schema = schema_for(game, users.kind or "string")
     arrays = [_column(datums, field, path, start) for field in schema]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
@@ -228,9 +338,6 @@ def _column(datums: Sequence[Datum], field: pa.Field, path: str, start: int) -> 
     try:
         if field.name == "results":
             array = _results_array([d["results"] for d in datums])
-        elif field.name == "user":  # an integer user (jsonl: a JSON number) as its decimal text
-            array = pa.array([u if u is None or isinstance(u, str) else str(u)
-                              for u in (d.get("user") for d in datums)], type=field.type)
         else:
             array = pa.array([d.get(field.name) for d in datums], type=field.type)
     except (pa.ArrowException, TypeError, ValueError) as e:
@@ -313,12 +420,16 @@ def check_columns(schema: pa.Schema, path: str) -> None:
         raise InputError(path, None, f"not an LM Challenge log: no column(s) {missing}")
     for field in schema:
         if field.name in _ARROW_TYPES and not _type_fits(field.type, field.name):
-            expected, _ = _ARROW_TYPES[field.name]
+            expected = "string or int64" if field.name == "user" else _ARROW_TYPES[field.name][0]
             raise InputError(path, None, f"column {field.name!r} is {field.type}, "
                                          f"not {expected} as an LM Challenge log's")
 
 
-_KIND_OF_TYPE = {"user": pa.types.is_string, "target": pa.types.is_string,
+def _string_or_integer(kind: pa.DataType) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_integer(kind)
+
+
+_KIND_OF_TYPE = {"user": _string_or_integer, "target": pa.types.is_string,
                  "verbatim": pa.types.is_string, "message": pa.types.is_integer,
                  "token": pa.types.is_integer, "character": pa.types.is_integer,
                  "select": pa.types.is_boolean, "logp": pa.types.is_floating,
@@ -412,9 +523,25 @@ def _read_part(part: Path, columns: list[str] | None) -> pa.Table:
 
 
 def _check_same_columns(tables: Sequence[pa.Table], parts: Sequence[Path]) -> None:
-    """Raise InputError naming the first part whose columns differ from the first part's."""
+    """Raise InputError naming the first part whose columns, or type of users, differ from
+    the first part's."""
     names = tables[0].schema.names
+    users = _user_type(tables[0])
     for table, part in zip(tables, parts):
         if table.schema.names != names:
             raise InputError(str(part), None, f"columns {table.schema.names} differ from "
                                               f"{names} of {parts[0].name}")
+        if users is not None and _user_type(table) not in (None, users):
+            raise InputError(str(part), None, f"its users are {_user_type(table)}s, those of "
+                                              f"{parts[0].name} {users}s: not parts of one run")
+
+
+def _user_type(table: pa.Table) -> str | None:
+    """``string`` or ``integer``: the type of ``table``'s user column (None: not read, or
+    all null of Arrow's null type)."""
+    if "user" not in table.schema.names:
+        return None
+    kind = table.schema.field("user").type
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    return "integer" if pa.types.is_integer(kind) else None if pa.types.is_null(kind) else "string"

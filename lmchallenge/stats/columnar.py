@@ -301,10 +301,17 @@ def _int_hashes(array: pa.Array) -> np.ndarray:
     return values
 
 
+def _user_hashes(array: pa.Array, cache: dict[str, int]) -> np.ndarray:
+    """uint64 column hashes of the users: strings, or integers (a log of integer users)."""
+    if pa.types.is_integer(array.type):
+        return _int_hashes(array)
+    return _string_hashes(array, cache)
+
+
 def _row_hashes(batch: pa.RecordBatch, cache: dict[str, int]) -> np.ndarray:
     """uint64 hashes equal to :func:`lmchallenge.stats.state.datum_hash` modulo 2**32."""
     with np.errstate(over="ignore"):
-        h = _string_hashes(batch.column("user"), cache)
+        h = _user_hashes(batch.column("user"), cache)
         h = h * _COMBINE + _int_hashes(batch.column("message"))
         h = h * _COMBINE + _int_hashes(batch.column("token"))
         h = h * _COMBINE + _string_hashes(batch.column("target"), cache)
