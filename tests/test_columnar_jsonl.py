@@ -112,6 +112,19 @@ def test_null_users_and_users_across_blocks(tmp_path: Path, column_wise_only: No
         assert columnar_jsonl.state_of_jsonl(str(log), block_bytes).result(human=False) == want
 
 
+def test_integer_users_are_read_column_wise(tmp_path: Path, column_wise_only: None) -> None:
+    """A log of a corpus' integer users ({"user": 7}) is read column-wise too (was datum by
+    datum: 3.5 times the time), with the same numbers and fingerprint."""
+    data = [json.loads(line) for line in read_lines(WC)]
+    for i, d in enumerate(data):
+        d["user"] = None if (i // 7) % 3 == 2 else (i // 7) % 3 * 10**12
+    log = write(tmp_path / "integers.jsonl", [json.dumps(d) + "\n" for d in data])
+    want = stats.state_of(data).result(human=False)
+    assert want["users"] == len(range(0, len(data), 7))
+    for block_bytes in BLOCKS:
+        assert columnar_jsonl.state_of_jsonl(str(log), block_bytes).result(human=False) == want
+
+
 def test_exact_logp_sums(tmp_path: Path, column_wise_only: None) -> None:
     rng = random.Random(7)
     data = []

@@ -3,6 +3,7 @@
 :func:`state_of_jsonl` reads the log in blocks of whole lines, parses each block with
 Arrow's JSON reader into columns of a fixed schema (:data:`SCHEMA`) and reduces them with
 :func:`lmchallenge.stats.columnar.batch_state`, then merges the block states in log order.
+The users' column is strings, or integers where the log's first datum has an integer user.
 Memory stays bounded by a few blocks.
 
 Arrow's reader accepts a little less than Python's ``json`` (and a few things more), so
@@ -41,9 +42,13 @@ SCHEMA = pa.schema([
 ])
 """Every key a ``wc``, ``we`` or ``ce`` log datum may have (the others fall back)."""
 
+INTEGER_USERS = SCHEMA.set(0, pa.field("user", pa.int64()))
+""":data:`SCHEMA` for a log whose users are integers (a corpus' ``{"user": 7}``)."""
+
 _PAYLOAD = ("completions", "logp")
 _NOT_NULL = ("message", "token", "target")
-_PARSE = pa_json.ParseOptions(explicit_schema=SCHEMA, unexpected_field_behavior="error")
+_PARSE = {users: pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
+          for users, schema in (("string", SCHEMA), ("integer", INTEGER_USERS))}
 _READ = pa_json.ReadOptions(use_threads=True, block_size=1 << 20)
 # what Arrow reads differently from Python's json.loads: two objects on one line, a null
 # select (Python: unselected; Arrow: as if missing, selected), a byte-order mark (Arrow
@@ -90,12 +95,12 @@ def state_of_jsonl(path: str, block_bytes: int = BLOCK_BYTES, groups=None) -> st
 
 
 def _parsed_blocks(path: str, block_bytes: int) -> Iterator[Block]:
-    columnar_game: bool | None = None     # decided by the first datum
+    users: str | None = None     # the type of user of the first datum, once read
     with open_binary(path) as stream:
         for first_line, data in _blocks(stream, block_bytes):
-            if columnar_game is None:
-                columnar_game = _fits_schema(data)
-            yield Block(first_line, data, _columns(data) if columnar_game else None)
+            if users is None:
+                users = _fits_schema(data)
+            yield Block(first_line, data, _columns(data, users) if users in _PARSE else None)
 
 
 def _blocks(stream: IO[bytes], block_bytes: int) -> Iterator[tuple[int, bytes]]:
@@ -106,9 +111,10 @@ def _blocks(stream: IO[bytes], block_bytes: int) -> Iterator[tuple[int, bytes]]:
         line += data.count(b"\n")
 
 
-def _fits_schema(data: bytes) -> bool:
+def _fits_schema(data: bytes) -> str | None:
     """Whether the first datum of a block has only :data:`SCHEMA` keys (its game is read
-    column-wise); errors are left to the datum-by-datum reading."""
+    column-wise), and the type of its user: ``string`` (or none), ``integer``, ``no`` (read
+    datum by datum; errors are left to that reading), or None (no datum in ``data``)."""
     start = 0
     while start < len(data):
         end = data.find(b"\n", start)
@@ -117,10 +123,13 @@ def _fits_schema(data: bytes) -> bool:
             try:
                 datum = json.loads(line)
             except ValueError:
-                return False
-            return isinstance(datum, dict) and set(datum) <= set(SCHEMA.names)
+                return "no"
+            if not (isinstance(datum, dict) and set(datum) <= set(SCHEMA.names)):
+                return "no"
+            user = datum.get("user")
+            return "integer" if isinstance(user, int) and not isinstance(user, bool) else "string"
         start = len(data) if end < 0 else end + 1
-    return True
+    return None
 
 
 def _read_otherwise(data: bytes) -> bool:
@@ -129,12 +138,13 @@ def _read_otherwise(data: bytes) -> bool:
             or (b'"select"' in data and _NULL_SELECT.search(data) is not None))
 
 
-def _columns(data: bytes) -> pa.Table | None:
-    """The block's columns, one row per line (None if it must be read datum by datum)."""
+def _columns(data: bytes, users: str) -> pa.Table | None:
+    """The block's columns, one row per line, with users of type ``users`` (``string`` or
+    ``integer``; None if it must be read datum by datum)."""
     if _read_otherwise(data):
         return None
     try:
-        table = pa_json.read_json(pa.BufferReader(data), read_options=_READ, parse_options=_PARSE)
+        table = pa_json.read_json(pa.BufferReader(data), read_options=_READ, parse_options=_PARSE[users])
     except (pa.ArrowException, ValueError):    # malformed, other keys or types, not UTF-8
         return None
     if table.num_rows > data.count(b"\n") + 1:
