@@ -204,8 +204,7 @@ def stats_cmd(run_dir, **uncertainty):
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of ``lmc-dist`` (see :func:`lmchallenge.cli.options.run_command`)."""
-    run_command(cli, argv, "lmc-dist",
-                interrupted="interrupted; finished partitions are kept: rerun with --resume")
+    run_command(cli, argv, "lmc-dist", hint="finished partitions are kept: rerun with --resume")
 
 
 if __name__ == "__main__":

@@ -154,20 +154,28 @@ def sigint_deferred() -> Iterator[None]:
     so a Ctrl-C during the body is raised as KeyboardInterrupt when it ends.  Multiprocessing's
     resource tracker, which a body starting processes starts, unblocks SIGINT in the thread
     that starts it (a Ctrl-C would then be delivered while ignored: lost): it is started
-    before."""
+    before.  A SIGTERM during the body is noted and raised again when it ends, for the handler
+    in place before (:class:`lmchallenge.errors.Terminated` under ``lmc-dist``): not blocked,
+    since the processes started would inherit the mask and could not be terminated (a Python
+    handler is not inherited)."""
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
         yield
         return
     from multiprocessing import resource_tracker
 
     resource_tracker.ensure_running()
+    terms: list[int] = []
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous_term = signal.signal(signal.SIGTERM, lambda signum, frame: terms.append(signum))
     try:
         yield
     finally:
+        signal.signal(signal.SIGTERM, previous_term)
         signal.signal(signal.SIGINT, previous)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        if terms:
+            signal.raise_signal(signal.SIGTERM)     # to the handler the body replaced
 
 
 def start_without_sigint(thread: threading.Thread) -> None:

@@ -101,3 +101,10 @@ def _shown_requests(requests: tuple[str, ...], ends: int = 3, most: int = 60) ->
     if len(shown) > 2 * ends + 1:
         shown = shown[:ends] + [f"... ({len(shown) - 2 * ends} more)"] + shown[-ends:]
     return ", ".join(shown)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a job scheduler's time limit, ``kill``, ``timeout``), raised in the main thread
+    by the commands' handler (:func:`lmchallenge.cli.options.run_command`) so that it unwinds
+    as a Ctrl-C does: the model is stopped, a half-written output removed, ``lmc-dist``'s
+    manifest saved.  The command exits with code 143 (128 + SIGTERM), as if killed by it."""

@@ -1,6 +1,7 @@
 """Fault injection for ``lmc-dist run`` (issue 11, "How it is checked"): a Ctrl-C (SIGINT to
-the client's process group, as a terminal sends it) or SIGKILL to the client, or SIGKILL to
-one of its workers, at a random moment; then ``--resume``.  Every trial must end with a log
+the client's process group, as a terminal sends it), SIGTERM (to the client alone, as
+``kill``, ``timeout`` or a job scheduler's time limit sends it) or SIGKILL to the client, or
+SIGKILL to one of its workers, at a random moment; then ``--resume``.  Every trial must end with a log
 identical to ``lmc run``'s and equal statistics; while the run is unfinished readers refuse
 it; and no partition finished before the fault is computed again (the toy model counts its
 requests per corpus line)."""
@@ -37,6 +38,9 @@ LINES = 90
 PARTITION_CHARS = "300"
 DELAY = 0.003          # seconds per request: a run lasts a few seconds
 INTERRUPTED = "lmc-dist: interrupted; finished partitions are kept: rerun with --resume\n"
+SIGNALS = {"client-sigint": (signal.SIGINT, 130, "interrupted"),
+           "client-sigterm": (signal.SIGTERM, 143, "terminated")}
+"""Per fault kind: the signal, the exit code of a clean stop, and the word its line says."""
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +76,8 @@ def _inject(proc: subprocess.Popen, kind: str, run_dir: Path) -> set[int]:
     before = done_parts(run_dir)
     if kind == "client-sigint":
         os.killpg(proc.pid, signal.SIGINT)
+    elif kind == "client-sigterm":
+        os.kill(proc.pid, signal.SIGTERM)
     else:
         os.kill(proc.pid, signal.SIGKILL)
     return before
@@ -95,12 +101,16 @@ def trial(tmp_path: Path, reference, kind: str, parts: int, after: float) -> Non
           f"{sorted(finished_before) if finished_before is not None else 'run over'}")
     if finished_before is None or proc.returncode == 0:
         assert proc.returncode == 0, err
-    elif kind == "client-sigint" and is_finished(run_dir):   # the run was committed: one line
-        assert proc.returncode in (130, -signal.SIGINT) and err.count("\n") == 1, err
-        assert err == INTERRUPTED or (err.startswith("lmc-dist: ") and " tokens in " in err), err
-    elif kind == "client-sigint":   # during imports: one line too; before Python is up: none
-        assert (proc.returncode, err.lstrip("\n")) in [(130, INTERRUPTED), (130, "lmc-dist: interrupted\n"),
-                                                       (-signal.SIGINT, "")], err
+    elif kind in SIGNALS and is_finished(run_dir):   # the run was committed: one line
+        number, code, word = SIGNALS[kind]
+        assert proc.returncode in (code, -number) and err.count("\n") == 1, err
+        assert err == INTERRUPTED.replace("interrupted", word) or (
+            err.startswith("lmc-dist: ") and " tokens in " in err), err
+    elif kind in SIGNALS:   # during imports: one line too (a Ctrl-C); before Python is up: none
+        number, code, word = SIGNALS[kind]
+        assert (proc.returncode, err.lstrip("\n")) in [
+            (code, INTERRUPTED.replace("interrupted", word)), (code, f"lmc-dist: {word}\n"),
+            (-number, "")], err
     elif kind == "client-kill":
         assert proc.returncode == -signal.SIGKILL
     else:                           # a worker killed as the cluster starts: a clean message
@@ -149,7 +159,7 @@ def trial(tmp_path: Path, reference, kind: str, parts: int, after: float) -> Non
         assert requests[line] >= n
 
 
-@pytest.mark.parametrize("kind", ["client-sigint", "client-kill"])
+@pytest.mark.parametrize("kind", ["client-sigint", "client-sigterm", "client-kill"])
 def test_fault_then_resume(tmp_path, reference, kind):
     trial(tmp_path, reference, kind, 2, 0.05)
 
@@ -160,7 +170,7 @@ def test_random_fault_then_resume(tmp_path, reference, seed):
     """Faults at random moments: before the cluster is up (0 partitions, up to 3 s) or while
     partitions finish (after 1 to 10 of them, up to 0.5 s later)."""
     rng = random.Random(seed)
-    kind = rng.choice(["client-sigint", "client-kill", "worker-kill"])
+    kind = rng.choice(["client-sigint", "client-sigterm", "client-kill", "worker-kill"])
     parts = rng.choice([0, *range(1, 11)])
     trial(tmp_path, reference, kind, parts, rng.uniform(0.0, 3.0 if parts == 0 else 0.5))
 
@@ -308,3 +318,28 @@ def test_a_sigint_while_the_embedded_cluster_starts_is_never_lost(tmp_path, afte
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err.decode()
+
+
+def test_a_sigterm_while_the_embedded_cluster_starts_stops_it_cleanly(tmp_path):
+    """SIGTERM to the client as its workers start (they are being spawned): noted while the
+    cluster starts and raised after, so the client stops it and exits with one line and code
+    143, leaving no worker behind (was: the client died at once, its workers left to notice)."""
+    corpus = tagged_corpus(tmp_path / "corpus.txt", 300)
+    proc = start(run_args(corpus, tmp_path / "run", delay=0.01,
+                          extra=("--workers", "2", "--no-progress")))
+    _wait(lambda: proc.poll() is not None or worker_pids(proc.pid), timeout=60)
+    workers = worker_pids(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 143, err.decode()
+    assert err.decode() == INTERRUPTED.replace("interrupted", "terminated")
+    _wait(lambda: not any(os.path.exists(f"/proc/{pid}") and _alive(pid) for pid in workers), timeout=30)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (not a zombie left for its parent to reap)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -355,3 +358,35 @@ def test_lmc_run_whose_output_closes_early_does_not_wait_for_its_model(tmp_path)
     result = subprocess.run(["sh", "-c", f"{shlex.join(argv)} | head -c 100"], capture_output=True,
                             timeout=100)
     assert len(result.stdout) == 100 and b"Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("signal_name, code, word", [("SIGTERM", 143, "terminated"),
+                                                     ("SIGINT", 130, "interrupted")])
+def test_a_run_stopped_by_a_signal_leaves_no_output_and_no_model(tmp_path, signal_name, code, word):
+    """SIGTERM (``kill``, ``timeout``, a job scheduler's time limit) unwinds as Ctrl-C does: one
+    line, the half-written output removed, the model stopped (SIGTERM used to kill lmc at once,
+    leaving ``.log.jsonl.tmp-PID`` behind)."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the lord said unto moses\n" * 400)
+    counts = tmp_path / "requests"
+    output = tmp_path / "log.jsonl"
+    proc = subprocess.Popen([*lmc_command(), "run", toy_model_command("--delay", "0.002", "--count-file",
+                                                                      str(counts)),
+                             "we", str(corpus), "--output", str(output)],
+                            stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".log.jsonl.tmp-*")) or not list(tmp_path.glob("requests.*")):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    model_pid = int(next(tmp_path.glob("requests.*")).suffix[1:])
+    proc.send_signal(getattr(signal, signal_name))
+    _, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err.decode()) == (code, f"lmc: {word}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt", next(tmp_path.glob("requests.*")).name]
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{model_pid}"):
+        with open(f"/proc/{model_pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        assert time.monotonic() < deadline, "the model still runs"
+        time.sleep(0.05)

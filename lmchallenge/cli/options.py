@@ -10,13 +10,15 @@ import json
 import logging
 import math
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
 
-from lmchallenge.errors import LmcError
+from lmchallenge.errors import LmcError, Terminated
 from lmchallenge.logs.rundir import reading_partial
 from lmchallenge.tuning import freeze_heap
 
@@ -167,12 +169,13 @@ def single_log(logs: Sequence[str]) -> str:
 
 
 def run_command(command: click.Command, argv: list[str] | None, prog: str,
-                interrupted: str = "interrupted") -> None:
+                hint: str = "") -> None:
     """Run a click command as a program: an :class:`LmcError` (a user's mistake, a failing
     model) becomes ``PROG: error: MESSAGE`` on stderr and exit code 2, never a traceback, and
     so does an ``OSError`` naming a file (an output that cannot be written:
-    ``PROG: error: FILE: REASON``); Ctrl-C prints ``PROG: INTERRUPTED`` and exits 130; a
-    closed stdout pipe (``| head``) ends quietly with exit code 141 (as a process killed by
+    ``PROG: error: FILE: REASON``); Ctrl-C prints ``PROG: interrupted`` (and ``; HINT``) and
+    exits 130, SIGTERM (:class:`lmchallenge.errors.Terminated`, unwinding as Ctrl-C does)
+    ``PROG: terminated`` and exits 143; a closed stdout pipe (``| head``) ends quietly with exit code 141 (as a process killed by
     SIGPIPE), and a full disk behind standard output is ``PROG: error: cannot write the
     output: REASON``.  The process is expected to exit when this returns: the garbage collector's
     objects are frozen first (:func:`lmchallenge.tuning.freeze_heap`), so the collections at
@@ -182,9 +185,11 @@ def run_command(command: click.Command, argv: list[str] | None, prog: str,
         command: the click group or command.
         argv: the arguments (None: ``sys.argv[1:]``).
         prog: the program name, for messages.
-        interrupted: what Ctrl-C prints after ``PROG:``.
+        hint: what to do after an interruption (printed after it).
     """
     args = sys.argv[1:] if argv is None else list(argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, raise_terminated)
     try:
         # not command.main(): it turns a closed pipe into exit code 1
         with command.make_context(prog, args) as ctx:
@@ -200,9 +205,11 @@ def run_command(command: click.Command, argv: list[str] | None, prog: str,
         sys.exit(e.exit_code)
     except LmcError as e:
         _fail(prog, str(e))
-    except (KeyboardInterrupt, click.exceptions.Abort):
-        sys.stderr.write(f"{prog}: {interrupted}\n")
-        sys.exit(130)
+    except (KeyboardInterrupt, click.exceptions.Abort) as e:
+        terminated = isinstance(e, Terminated)
+        sys.stderr.write(f"{prog}: {'terminated' if terminated else 'interrupted'}"
+                         f"{'; ' + hint if hint else ''}\n")
+        sys.exit(143 if terminated else 130)
     except BrokenPipeError:
         _quiet_stdout()
         sys.exit(141)
@@ -213,6 +220,11 @@ def run_command(command: click.Command, argv: list[str] | None, prog: str,
             _quiet_stdout()
             _fail(prog, f"cannot write the output: {e.strerror}")
         _fail(prog, f"{e.filename}: {e.strerror or e}")
+
+
+def raise_terminated(signum: int, frame: Any) -> None:
+    """The SIGTERM handler of the commands: raise :class:`lmchallenge.errors.Terminated`."""
+    raise Terminated()
 
 
 _WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS)
