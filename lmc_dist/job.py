@@ -35,7 +35,7 @@ from lmchallenge.errors import LmcError, ModelError
 from lmchallenge.tuning import DASK_EMBEDDED_CONFIG
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.logs.convert import convert_file, join_logs
-from lmchallenge.logs.files import check_writable
+from lmchallenge.logs.files import check_writable, file_form
 from lmchallenge.logs.rundir import STATS, changed_rows, finished_part
 from lmchallenge.model.files import changed, named_files
 from lmchallenge.model.spec import PredictorSpec
@@ -379,7 +379,9 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
     """Record the run in its manifest, run the partitions still to do and commit the run
     (when all of them succeeded); the report's ``seconds`` is left for the caller."""
     if job.out_format == "parquet":
-        scanned.users.check_one_type(job.input)
+        scanned.users.check_parquet(job.input, "write the parts as jsonl (--part-format jsonl)")
+    if job.output and file_form(job.output) == "parquet":
+        scanned.users.check_parquet(job.input, "write --output as .jsonl or .jsonl.gz")
     manifest = _identity(job, scanned, old)
     if old is not None:
         mf.check_resumable(old, manifest)

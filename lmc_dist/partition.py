@@ -42,7 +42,7 @@ from lmchallenge.corpus import (READ_ERRORS, Message, decode_lines, first_non_bl
                                  parse_json_row)
 from lmchallenge.corpus import detect_format as corpus_format_of
 from lmchallenge.errors import InputError
-from lmchallenge.logs.parquet import mixed_users_message
+from lmchallenge.logs.parquet import mixed_users_message, user_kind, wide_user_message
 
 from lmc_dist.sizing import SAMPLE_BYTES, ForCluster, PartitionSize, QueryCost
 
@@ -108,7 +108,8 @@ class UserTypes:
     (:data:`lmchallenge.logs.parquet.USER_TYPES`).
 
     Attributes:
-        first: per type (``string``, ``integer``), the line of its first user and the user.
+        first: per kind (:func:`lmchallenge.logs.parquet.user_kind`: ``string``,
+            ``integer``, ``wide``), the line of its first user and the user.
     """
 
     first: dict[str, tuple[int, Any]] = field(default_factory=dict)
@@ -116,24 +117,30 @@ class UserTypes:
     def add(self, message: Message) -> None:
         """Note the user of ``message`` (read from line ``message.line``)."""
         if message.user is not None:
-            kind = "string" if isinstance(message.user, str) else "integer"
+            kind = user_kind(message.user)
             if kind not in self.first:
                 self.first[kind] = (message.line, message.user)
 
     @property
     def kind(self) -> str:
-        """``integer`` where every user is an integer (at least one), else ``string``."""
-        return "integer" if set(self.first) == {"integer"} else "string"
+        """``integer`` where every user is an integer (at least one), ``mixed`` where
+        strings and integers occur, else ``string``."""
+        integers = bool({"integer", "wide"} & set(self.first))
+        return ("mixed" if "string" in self.first else "integer") if integers else "string"
 
-    def check_one_type(self, name: str) -> None:
-        """Raise InputError (naming ``name`` and the line) if users of both types occur."""
-        if len(self.first) < 2:
+    def check_parquet(self, name: str, jsonl: str) -> None:
+        """Raise InputError (naming ``name`` and the line) if no Parquet user column holds
+        these users (an integer beyond 64 bits; strings and integers); ``jsonl`` says how to
+        write jsonl instead."""
+        if "wide" in self.first:
+            line, user = self.first["wide"]
+            raise InputError(name, line, wide_user_message(user, jsonl))
+        if self.kind != "mixed":
             return
         (line, user), (other_line, other) = sorted(self.first.values(), key=lambda v: -v[0])
         raise InputError(name, line, mixed_users_message(
             user, f"user {other!r} of line {other_line} is "
-                  f"{'an integer' if isinstance(other, int) else 'a string'}",
-            jsonl="write the parts as jsonl (--part-format jsonl)"))
+                  f"{'an integer' if isinstance(other, int) else 'a string'}", jsonl))
 
 
 @dataclass

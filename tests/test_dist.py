@@ -417,6 +417,27 @@ def test_users_of_both_types_stop_a_parquet_run_before_any_model(tmp_path, commi
     assert concatenated(tmp_path / "run") == lmc_run(["we"], corpus)
 
 
+@pytest.mark.parametrize("users, args, said", [
+    ([7, 2**70], [], "user 1180591620717411303424 is an integer beyond 64 bits, more than the user column "
+                     "of a Parquet log holds (int64); write the parts as jsonl (--part-format jsonl), or give "
+                     "the users as strings"),
+    ([7, "7"], ["--part-format", "jsonl", "--output", "all.parquet"],
+     "user '7' is a string but user 7 of line 1 is an integer: the user column of a Parquet log holds one "
+     "type (1 and \"1\" are different users); give every user as a string or every one as an integer, or "
+     "write --output as .jsonl or .jsonl.gz"),
+])
+def test_users_no_parquet_log_holds_stop_the_run_before_any_model(tmp_path, users, args, said):
+    """Checked on the scan, before the run: a user beyond int64 in Parquet parts (was a raw
+    OverflowError in its partition, retried, and a run dir that could never finish), and
+    users of both types for a Parquet --output of jsonl parts (was an error after the run)."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"user": u, "text": "in the beginning"}) + "\n" for u in users))
+    result = lmc_dist(["run", toy_model_command(), "we", "--input", str(corpus), "--run-dir",
+                       str(tmp_path / "run"), "--workers", "1", *args], check=False, cwd=tmp_path)
+    assert (result.returncode, result.stderr.decode()) == (2, f"lmc-dist: error: {corpus}:2: {said}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl"]
+
+
 def test_the_corpus_is_scanned_while_the_cluster_starts(tmp_path, monkeypatch):
     """The scan does not wait for the cluster, nor the cluster for the scan: each of the two
     (stand-ins around the real scan) waits until the other has begun, which only a scan

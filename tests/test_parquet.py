@@ -327,7 +327,8 @@ def test_a_first_row_group_without_users_fixes_strings(tmp_path):
     """Once a row group is written its user column's type is fixed: strings where it held no
     user; an integer user after it is refused (it would be written as text otherwise)."""
     data = [dict(we_datum(i), user=None if i < 4 else 5) for i in range(6)]
-    with pytest.raises(InputError, match="datum 5: user 5 is an integer but the log's users are strings"):
+    with pytest.raises(InputError, match="datum 5: user 5 is an integer but the log.s first 4 datums, "
+                                         "without a user, fixed its user column as strings"):
         P.write_parquet(data, str(tmp_path / "x.parquet"), row_group_rows=4)
 
 
@@ -339,3 +340,15 @@ def test_parts_with_users_of_different_types_are_not_one_run(tmp_path):
     with pytest.raises(InputError, match=r"part-00001.parquet: its users are strings, those of "
                                          r"part-00000.parquet integers: not parts of one run"):
         P.read_table(str(run))
+
+
+def test_an_integer_user_beyond_64_bits_is_refused_and_no_file_is_left(tmp_path):
+    data = [dict(we_datum(i), user=7 if i < 3 else 2**70) for i in range(5)]
+    with pytest.raises(InputError, match=r"datum 4: user 1180591620717411303424 is an integer beyond "
+                                         r"64 bits, more than the user column of a Parquet log holds "
+                                         r"\(int64\); write the log as jsonl"):
+        P.write_parquet(data, str(tmp_path / "wide.parquet"))
+    assert list(tmp_path.iterdir()) == []
+    edge = [dict(we_datum(i), user=u) for i, u in enumerate((2**63 - 1, -2**63))]
+    P.write_parquet(edge, str(tmp_path / "edge.parquet"))
+    assert [d["user"] for d in P.iter_parquet(str(tmp_path / "edge.parquet"))] == [2**63 - 1, -2**63]

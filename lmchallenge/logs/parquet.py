@@ -124,13 +124,24 @@ def _datum_keys(schema: pa.Schema) -> frozenset[str]:
     return frozenset(schema.names) - _OPTIONAL_KEYS
 
 
+_INT64 = range(-2**63, 2**63)
+
+
 def user_kind(user: Any) -> str | None:
-    """The :data:`USER_TYPES` key of one user (None for no user, or a value of another type)."""
+    """The :data:`USER_TYPES` key of one user, ``wide`` for an integer beyond 64 bits (which
+    no Parquet log holds), None for no user or a value of another type."""
     if isinstance(user, str):
         return "string"
     if isinstance(user, int) and not isinstance(user, bool):
-        return "integer"
+        return "integer" if user in _INT64 else "wide"
     return None
+
+
+def wide_user_message(user: int, jsonl: str = "write the log as jsonl") -> str:
+    """Why integer ``user`` (beyond 64 bits) cannot be in a Parquet log; ``jsonl`` says how
+    to write jsonl instead."""
+    return (f"user {user} is an integer beyond 64 bits, more than the user column of a "
+            f"Parquet log holds (int64); {jsonl}, or give the users as strings")
 
 
 def mixed_users_message(user: Any, other: str, jsonl: str = "write the log as jsonl") -> str:
@@ -219,7 +230,7 @@ class _Users:
     def __init__(self, kind: str | None, path: str):
         self.kind = kind
         self.path = path
-        self._example: Any = None      # the first user seen, where it fixed the kind
+        self._why = f"the log's users are {kind}s"     # what fixed the kind, for errors
 
     def check(self, datums: Sequence[Datum], start: int) -> None:
         """Raise InputError unless every user of ``datums`` (numbered from ``start``) is None
@@ -231,20 +242,22 @@ class _Users:
             kind = user_kind(user)
             if kind == self.kind:
                 continue
+            if kind == "wide":
+                raise InputError(self.path, None, f"datum {number}: {wide_user_message(user)}")
             if kind is None:
                 raise InputError(self.path, None, f"datum {number}: user {user!r} is a "
                                                   f"{type(user).__name__}, not a string or an integer")
             if self.kind is None:
-                self.kind, self._example = kind, user
+                self.kind, self._why = kind, f"user {user!r} before it is {_a(kind)}"
                 continue
-            other = (f"user {self._example!r} before it is {_a(self.kind)}" if self._example is not None
-                     else f"the log's users are {self.kind}s")
-            raise InputError(self.path, None, f"datum {number}: {mixed_users_message(user, other)}")
+            raise InputError(self.path, None, f"datum {number}: {mixed_users_message(user, self._why)}")
 
-    def fix(self) -> str:
-        """The kind, fixed now (``string`` where no user has been seen)."""
+    def fix(self, rows: int) -> str:
+        """The kind, fixed now that ``rows`` datums are written (``string`` where no user has
+        been seen)."""
         if self.kind is None:
             self.kind = "string"
+            self._why = f"the log's first {rows:,} datums, without a user, fixed its user column as strings"
         return self.kind
 
 
@@ -256,7 +269,7 @@ def _write_group(writer: pq.ParquetWriter | None, tmp: str, group: list[pa.Recor
                  game: str | None, users: _Users, row_group_rows: int) -> pq.ParquetWriter:
     """Write ``group`` (record batches of one row group) as one row group, opening the writer
     at the first (when the users' type is fixed); the writer."""
-    schema = schema_for(game, users.fix())
+    schema = schema_for(game, users.fix(sum(batch.num_rows for batch in group)))
     if writer is None:
         writer = pq.ParquetWriter(tmp, schema)
     batches = [batch if batch.schema == schema else _retyped_users(batch, schema)
