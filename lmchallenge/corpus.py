@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from lmchallenge.errors import InputError
+from lmchallenge.errors import InputError, json_problem
 
 FORMATS = ("auto", "text", "json")
 
@@ -117,8 +117,10 @@ def looks_like_json_row(line: str) -> bool:
         return False
     try:
         row = json.loads(stripped)
-    except ValueError:
+    except json.JSONDecodeError:
         return False
+    except ValueError:      # JSON, but a value Python does not read (an integer of 4,300+
+        return '"text"' in stripped    # digits): a json corpus, its row reported as bad
     return isinstance(row, dict) and "text" in row
 
 
@@ -172,8 +174,7 @@ def parse_json_row(text: str, path: str, number: int) -> Message:
     try:
         row = json.loads(text)
     except ValueError as e:
-        reason = getattr(e, "msg", str(e))
-        raise InputError(path, number, f"invalid JSON: {reason}") from None
+        raise InputError(path, number, f"invalid JSON: {json_problem(e)}") from None
     if not isinstance(row, dict):
         raise InputError(path, number, "a marked-up row must be a JSON object")
     if "text" not in row:

@@ -108,3 +108,14 @@ class Terminated(KeyboardInterrupt):
     by the commands' handler (:func:`lmchallenge.cli.options.run_command`) so that it unwinds
     as a Ctrl-C does: the model is stopped, a half-written output removed, ``lmc-dist``'s
     manifest saved.  The command exits with code 143 (128 + SIGTERM), as if killed by it."""
+
+
+def json_problem(error: ValueError) -> str:
+    """What ``json.loads`` found wrong, for a message after ``invalid JSON:``: the decoder's
+    reason and column, or, for a number Python will not read (an integer of more than 4,300
+    digits, ``sys.get_int_max_str_digits``), that."""
+    if hasattr(error, "colno"):
+        return f"{error.msg} (column {error.colno})"
+    if "digits" in str(error):
+        return "an integer of more than 4,300 digits"
+    return str(error)

@@ -94,3 +94,32 @@ def test_pretty_names_a_malformed_datum_and_a_bad_float_format(tmp_path):
     result = lmc_run("pretty", "-o", "html", "-m", "d", str(LOGS / "kjv.o2.we.jsonl"))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "Invalid value for '-m' / '--float-format': 'd' is not a format of a float" in result.stderr
+
+
+@pytest.mark.parametrize("user, validate_says, stats_says", [
+    ("7.0", "field user: 7.0 is not of type 'string', 'integer', 'null'", "cannot fingerprint a float"),
+    ("1e30", "field user: 1e+30 is not of type 'string', 'integer', 'null'", "cannot fingerprint a float"),
+    ("true", "field user: True is not of type 'string', 'integer', 'null'", "cannot fingerprint a bool"),
+])
+def test_users_that_are_neither_strings_nor_integers_are_refused_alike(tmp_path, user, validate_says, stats_says):
+    """validate passed 7.0 and 1e30 (JSON Schema counts them as integers) that stats refused;
+    stats took true for the user 1 (Python's True == 1)."""
+    log = tmp_path / "log.jsonl"
+    log.write_text(f'{{"user": {user}, "message": 0, "token": 0, "character": 0, "target": "a", "logp": -1.0}}\n')
+    for command, said in (("validate", validate_says), ("stats", stats_says)):
+        result = subprocess.run([str(BIN / "lmc"), command, str(log)], capture_output=True, text=True)
+        assert result.returncode == 2 and result.stderr.startswith(f"lmc: error: {log}:1: "), result.stderr
+        assert said in result.stderr
+
+
+def test_an_integer_of_thousands_of_digits_is_invalid_json_not_a_traceback(tmp_path):
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"user": ' + "9" * 5000 + ', "message": 0, "token": 0, "character": 0, "target": "a"}\n')
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"user": ' + "9" * 5000 + ', "text": "in the beginning"}\n')
+    for argv in (["stats", str(log)], ["validate", str(log)], ["pretty", str(log)],
+                 ["run", "lmc-ngram serve nothing", "we", str(corpus)]):
+        result = subprocess.run([str(BIN / "lmc"), *argv], capture_output=True, text=True)
+        name = corpus if argv[0] == "run" else log
+        assert (result.returncode, result.stderr) == (
+            2, f"lmc: error: {name}:1: invalid JSON: an integer of more than 4,300 digits\n"), argv

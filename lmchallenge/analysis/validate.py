@@ -25,9 +25,21 @@ def schema() -> dict[str, Any]:
     return json_schema()
 
 
+def _is_integer(checker: Any, instance: Any) -> bool:
+    """JSON Schema's ``integer`` as the log readers take it: a JSON number written without a
+    fraction or exponent (``7``; not ``7.0`` nor ``1e30``, which JSON Schema counts as
+    integers but which Python reads as floats, and which ``lmc stats`` refuses)."""
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+_LogValidator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer))
+
+
 @functools.cache
 def _validator() -> jsonschema.protocols.Validator:
-    return jsonschema.Draft202012Validator(schema())
+    return _LogValidator(schema())
 
 
 def _field(error: jsonschema.ValidationError) -> str:

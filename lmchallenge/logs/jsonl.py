@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO
 
-from lmchallenge.errors import InputError, LmcError
+from lmchallenge.errors import InputError, LmcError, json_problem
 from lmchallenge.logs.files import atomic_path, is_gzip_name, open_text, read_errors
 from lmchallenge.logs.schema import Datum
 
@@ -31,8 +31,8 @@ def parse_jsonlines(lines: Iterable[str], path: str, first_line: int = 1) -> Ite
             continue
         try:
             datum = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(path, number, f"invalid JSON: {e.msg} (column {e.colno})") from None
+        except ValueError as e:     # (an integer of 4,300+ digits is not a JSONDecodeError)
+            raise InputError(path, number, f"invalid JSON: {json_problem(e)}") from None
         if not isinstance(datum, dict):
             raise InputError(path, number, "a log line must be a JSON object")
         yield number, datum

@@ -64,15 +64,15 @@ def string_hash(value: str) -> int:
 
 
 def column_hash(value: Any) -> int:
-    """The column hash of a fingerprinted value (str, int/bool or None).
+    """The column hash of a fingerprinted value (str, int or None).
 
     Raises:
-        TypeError: any other type.
+        TypeError: any other type (a bool too: ``true`` is not the user ``1``).
     """
     if isinstance(value, str):
         return string_hash(value)
-    if isinstance(value, (bool, int)):
-        return INT_FACTOR * int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return INT_FACTOR * value
     if value is None:
         return NULL_HASH
     raise TypeError(f"cannot fingerprint a {type(value).__name__}")
