@@ -96,8 +96,8 @@ def test_logs_of_other_data_are_refused(tmp_path):
     for logs in ([other], [same, other]):
         result = run_lmc("compare", base, *logs, check=False)
         assert result.returncode == 2 and result.stdout == b""
-        assert result.stderr.decode() == (f"lmc: error: {other}: the logs are not of the same data: BASELINE has "
-                                          "112 tokens, LOG has 73 (diff compares two models on the same text)\n")
+        assert result.stderr.decode() == (f"lmc: error: {other}: the logs are not of the same data: token 1 (user "
+                                          "None, message 0, token 0) has user None in BASELINE but '00b65b5faa16' in LOG\n")
     result = run_lmc("compare", str(PRETTY / "kjv.o1.we.jsonl"), str(PRETTY / "kjv.o1.ce.jsonl"), check=False)
     assert result.returncode == 2 and b"Traceback" not in result.stderr
 

@@ -109,8 +109,17 @@ def test_wr_diff_cases():
 # --- refusing logs of different data ------------------------------------------------------
 
 def test_refuses_logs_of_different_lengths():
-    with pytest.raises(D.LogMismatchError, match="BASELINE has 112 tokens, LOG has 73"):
+    """The first token where they part is named; where one log is the other's beginning,
+    both lengths (counted to the end of the longer)."""
+    with pytest.raises(D.LogMismatchError, match=r"token 1 \(user None, message 0, token 0\) has user "
+                                                 r"None in BASELINE but '00b65b5faa16' in LOG"):
         list(D.ansi(str(DATA / "kjv.o1.wc.jsonl"), str(DATA / "rails.wc.jsonl")))
+    whole = load("kjv.o1.wc.jsonl")
+    for base, log, said in ((whole, whole[:70], "BASELINE has 112 tokens, LOG has 70"),
+                            (whole[:3], whole, "BASELINE has 3 tokens, LOG has 112")):
+        with pytest.raises(D.LogMismatchError, match=f"^the logs are not of the same data: {said} "
+                                                     r"\(the logs of two models on the same text are compared\)$"):
+            D.zip_logs(iter(base), iter(log))
 
 
 def test_refuses_logs_of_different_text():

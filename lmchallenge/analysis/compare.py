@@ -7,7 +7,7 @@ users/messages for both logs), its interval and a two-sided p-value (paired boot
 approximate randomisation), see :mod:`lmchallenge.stats.bootstrap`.
 
 The logs must be of the same data: the check of ``lmc diff``
-(:func:`lmchallenge.analysis.diff.zip_logs`: same tokens, same selection, same game).  Entropies
+(:func:`lmchallenge.analysis.diff.pairs`: same tokens, same selection, same game).  Entropies
 are compared only between logs with the same entropy fingerprint (the same tokens
 scored); otherwise the entropy figures of that log carry a ``note`` saying why and no
 difference.  Each ``wr`` log is scored under its own fitted mixture (see
@@ -23,6 +23,7 @@ non-baseline log: ``{"log", "baseline", "metrics": {key: {"value", "baseline", "
 
 from __future__ import annotations
 
+import collections
 import csv
 import html as html_escape
 import io
@@ -79,7 +80,8 @@ class LogComparison:
 
 def check_same_data(baseline: str, logs: Sequence[str]) -> str | None:
     """Check that every log is of the baseline's data (``lmc diff``'s check,
-    :func:`lmchallenge.analysis.diff.zip_logs`), reading the baseline once.
+    :func:`lmchallenge.analysis.diff.pairs`), reading the two logs side by side (the
+    baseline once per log; neither is held in memory).
 
     Args:
         baseline: path of the baseline log (any form ``lmc stats`` reads).
@@ -90,17 +92,21 @@ def check_same_data(baseline: str, logs: Sequence[str]) -> str | None:
         LogMismatchError: a log is not of the same data or game; the message starts with its path.
         InputError: a log cannot be read.
     """
-    from lmchallenge.analysis.diff import LogMismatchError, zip_logs
+    from lmchallenge.analysis.diff import LogMismatchError, pairs
     from lmchallenge.logs.io import read_log
     from lmchallenge.analysis.pretty import detect_game
 
-    base_data = list(read_log(baseline))
     for log in logs:
         try:
-            zip_logs(base_data, list(read_log(log)))
+            collections.deque(pairs(read_log(baseline), read_log(log)), maxlen=0)
         except LogMismatchError as error:
             raise LogMismatchError(f"{log}: {error}") from None
-    return detect_game(base_data[0]) if base_data else None
+    data = read_log(baseline)
+    try:
+        first = next(data, None)
+    finally:
+        getattr(data, "close", lambda: None)()     # a generator: its file closed now
+    return detect_game(first) if first is not None else None
 
 
 def compare(baseline: str, logs: Sequence[str], settings: bootstrap.Settings,

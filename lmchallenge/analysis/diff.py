@@ -21,6 +21,7 @@ Colours (ANSI as LM Challenge 5.x ``lmc diff``; tokens deselected by ``lmc grep`
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -40,31 +41,52 @@ class LogMismatchError(LmcError):
     """The two logs of a diff are not of the same data (or not of the same game)."""
 
 
-def zip_logs(baseline: Sequence[Datum], log: Sequence[Datum]) -> list[Datum]:
+def zip_logs(baseline: Iterable[Datum], log: Iterable[Datum]) -> list[Datum]:
     """Pair two logs of the same text datum by datum.
 
     Args:
-        baseline, log: the two logs (lists of datums).
+        baseline, log: the two logs (iterables of datums).
     Returns:
         Datums with the common keys (``user``, ``message``, ``token``, ``character``,
         ``target``, ``select``) and each log's own keys under ``"baseline"`` / ``"log"``.
     Raises:
-        LogMismatchError: different lengths, a common key that differs (naming the
-            first token where they part), a different selection, or different games.
+        LogMismatchError: as :func:`pairs`.
     """
-    if len(baseline) != len(log):
-        raise LogMismatchError(
-            f"the logs are not of the same data: BASELINE has {len(baseline)} tokens, "
-            f"LOG has {len(log)} (diff compares two models on the same text)")
-    if baseline:
-        games = (pretty.detect_game(baseline[0]), pretty.detect_game(log[0]))
-        if games[0] != games[1]:
-            raise LogMismatchError(
-                f"the logs are of different games: BASELINE is {games[0]}, LOG is {games[1]}")
     zipped = []
-    for number, (a, b) in enumerate(zip(baseline, log), start=1):
+    for a, b in pairs(baseline, log):
+        datum = {k: a.get(k) for k in COMMON_KEYS}
+        datum["select"] = is_selected(a)
+        datum["baseline"] = {k: v for k, v in a.items() if k not in COMMON_KEYS + ("select",)}
+        datum["log"] = {k: v for k, v in b.items() if k not in COMMON_KEYS + ("select",)}
+        zipped.append(datum)
+    return zipped
+
+
+def pairs(baseline: Iterable[Datum], log: Iterable[Datum]) -> Iterator[tuple[Datum, Datum]]:
+    """The datums of two logs of the same text, in pairs, checked as they are read (neither
+    log is held: ``lmc compare`` checks logs of millions of tokens this way).
+
+    Raises:
+        LogMismatchError: (when the pair, or the end of the shorter log, is reached) a
+            different number of tokens, a common key that differs (naming the first token
+            where they part), a different selection, or different games.
+    """
+    baseline, log = iter(baseline), iter(log)
+    number = 0
+    for number, (a, b) in enumerate(itertools.zip_longest(baseline, log), start=1):
+        if a is None or b is None:
+            more = sum(1 for _ in (baseline if b is None else log))
+            lengths = (number + more, number - 1) if b is None else (number - 1, number + more)
+            raise LogMismatchError(
+                f"the logs are not of the same data: BASELINE has {lengths[0]} tokens, "
+                f"LOG has {lengths[1]} (the logs of two models on the same text are compared)")
+        if number == 1:
+            games = (pretty.detect_game(a), pretty.detect_game(b))
+            if games[0] != games[1]:
+                raise LogMismatchError(
+                    f"the logs are of different games: BASELINE is {games[0]}, LOG is {games[1]}")
         for key in COMMON_KEYS:
-            if a.get(key) != b.get(key):
+            if a.get(key) != b.get(key) or type(a.get(key)) is not type(b.get(key)):
                 raise LogMismatchError(
                     f"the logs are not of the same data: token {number} "
                     f"(user {a.get('user')!r}, message {a.get('message')!r}, token "
@@ -75,12 +97,7 @@ def zip_logs(baseline: Sequence[Datum], log: Sequence[Datum]) -> list[Datum]:
                 f"the logs have different selections: token {number} is "
                 f"{'selected' if is_selected(a) else 'deselected'} in BASELINE only "
                 f"(grep both logs the same way)")
-        datum = {k: a.get(k) for k in COMMON_KEYS}
-        datum["select"] = is_selected(a)
-        datum["baseline"] = {k: v for k, v in a.items() if k not in COMMON_KEYS + ("select",)}
-        datum["log"] = {k: v for k, v in b.items() if k not in COMMON_KEYS + ("select",)}
-        zipped.append(datum)
-    return zipped
+        yield a, b
 
 
 def typed_for_diff(target: str, completions: Sequence[Sequence[str]]) -> int:
