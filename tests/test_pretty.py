@@ -306,10 +306,9 @@ def test_message_labels_of_html_lines():
     assert message_label({"user": "", "message": 1}) == " \u00b7 1"
 
 
-def test_token_details_name_a_missing_user_in_words():
+def test_token_details_show_the_user_as_json():
+    """null, "7", 7 and "null" are four users: the token's details tell them apart."""
     from lmchallenge.analysis.pretty import position_rows
-    rows = dict(position_rows({"user": None, "message": 0, "token": 1, "character": 4,
-                               "target": "book"}))
-    assert rows["user"] == "(none)"
-    assert dict(position_rows({"user": "ada", "message": 0, "token": 1, "character": 4,
-                               "target": "book"}))["user"] == "ada"
+    shown = [dict(position_rows({"user": user, "message": 0, "token": 1, "character": 4,
+                                 "target": "book"}))["user"] for user in (None, "7", 7, "null", "é")]
+    assert shown == ["null", '"7"', "7", '"null"', '"é"']

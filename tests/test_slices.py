@@ -79,6 +79,10 @@ def test_by_user_keeps_integer_users_apart_from_messages_without_user(tmp_path):
         # the bootstrap groups: each user, and each message without user
         keys = bootstrap.summarise(str(log)).table.keys
         assert keys == ["3", 1, 3, (None, 0), (None, 1), (None, 2), (None, 3)][log == parquet:]
+    # the text output tells them apart too (the users as JSON)
+    text = run_lmc("stats", "--by", "user", "-o", "text", str(jsonl)).stdout.decode()
+    assert [line.split(None, 1)[1] for line in text.splitlines() if line.startswith("user ")] == \
+        ["null", '"3"', "1", "3"]
 
 
 def test_by_message_length_bins_messages_by_tokens():
@@ -119,6 +123,18 @@ def test_derived_adds_units_bits_perplexity_and_ksr():
     assert wc["completion"]["ksr"] == raw["completion"]["characters"] / (raw["characters"] + raw["tokens"])
     low, high = wc["ci"]["completion.ksr"]
     assert low <= wc["completion"]["ksr"] <= high
+
+
+def test_derived_by_slice_adds_bits_and_perplexity_per_row():
+    """--by with --derived gave KSR for wc but nothing for we (--derived silently ignored)."""
+    for by in ("user", "message-length"):
+        rows = [json.loads(line) for line in
+                run_lmc("stats", "--by", by, "--derived", str(LOGS / "rails.we.jsonl")).stdout.splitlines()]
+        assert len(rows) > 1
+        for row in rows:
+            mean = row["entropy"]["mean"]
+            assert row["entropy"]["bits"] == pytest.approx(mean / math.log(2), rel=1e-12)
+            assert row["entropy"]["perplexity"] == pytest.approx(math.exp(mean), rel=1e-12)
 
 
 def test_signature_names_what_makes_the_number(tmp_path):

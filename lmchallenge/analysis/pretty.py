@@ -375,9 +375,10 @@ def fmt(value: float | None, float_format: str) -> str:
 
 
 def position_rows(datum: Datum) -> list[tuple[str, str]]:
-    """Where the token is: user, message, token, character."""
+    """Where the token is: user (as JSON: ``null``, ``"7"`` and ``7`` are three users),
+    message, token, character."""
     return [("target", repr(datum["target"])[1:-1] if "\n" in datum["target"] else datum["target"]),
-            ("user", "(none)" if datum.get("user") is None else str(datum["user"])),
+            ("user", json.dumps(datum.get("user"), ensure_ascii=False)),
             ("message", str(datum.get("message"))),
             ("token", str(datum.get("token"))), ("character", str(datum.get("character"))),
             ("selected", "yes" if is_selected(datum) else "no (deselected by grep)")]

@@ -52,7 +52,8 @@ def stats_options(function: Callable) -> Callable:
         click.option("--derived", is_flag=True,
                      help="Add bits and perplexity beside the entropy (nats), the keystroke savings "
                           "rate (Presage KSR) beside the completion figures, the wr Hit@1 of a "
-                          "fit never below the error model's, and their units."),
+                          "fit never below the error model's, and their units (with --by: bits, "
+                          "perplexity and KSR per row; the fit is the whole log's)."),
         click.option("--by", type=click.Choice(["user", "message-length"]), default=None,
                      help="One row per user, or per message-length bin (powers of two tokens)."),
         click.option("--signature", is_flag=True,

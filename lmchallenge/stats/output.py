@@ -63,7 +63,8 @@ UNITS = {
 
 def to_text(rows: list[dict[str, Any]]) -> str:
     """Each log as ``name  value  unit`` lines (a blank line between logs); the mean
-    cross-entropy also in bits and as perplexity (``exp`` of the mean in nats)."""
+    cross-entropy also in bits and as perplexity (``exp`` of the mean in nats); the user of a
+    ``--by user`` row as JSON (``null``, ``"7"`` and ``7`` are three users)."""
     blocks = []
     for row in rows:
         flat = flatten(row)
@@ -77,7 +78,8 @@ def to_text(rows: list[dict[str, Any]]) -> str:
                 if derived:
                     unit += (f"; {derived['entropy.bits']:.6g} bits, perplexity "
                              f"{derived['entropy.perplexity']:.6g}")
-            shown = f"{value:.6g}" if isinstance(value, float) else str(value)
+            shown = (json.dumps(value, ensure_ascii=False) if name == "user" else
+                     f"{value:.6g}" if isinstance(value, float) else str(value))
             lines.append(f"{name:<{width}}  {shown}" + (f"  {unit}" if unit else ""))
         blocks.append("\n".join(lines) + "\n")
     return "\n".join(blocks)

@@ -32,6 +32,7 @@ import numpy as np
 
 from lmchallenge.stats import bootstrap
 from lmchallenge.stats import reranking
+from lmchallenge.stats.derived import derived_figures
 
 BY = ("user", "message-length")
 
@@ -47,11 +48,15 @@ def _nested(flat: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _figures(sums: np.ndarray, metrics: Sequence[tuple[str, str, str]]) -> dict[str, Any]:
+def _figures(sums: np.ndarray, metrics: Sequence[tuple[str, str, str]], derived: bool) -> dict[str, Any]:
+    """A slice's figures from its sums; with ``derived``, the entropy also in bits and as
+    perplexity (``completion.ksr`` is among ``metrics`` then)."""
     flat: dict[str, Any] = {"tokens": int(sums[bootstrap.COLUMN["tokens"]])}
     for key, num, den in metrics:
         d = sums[bootstrap.COLUMN[den]]
         flat[key] = float(sums[bootstrap.COLUMN[num]] / d) if d else None
+    if derived:
+        flat.update(derived_figures(flat, None))
     return _nested(flat)
 
 
@@ -89,9 +94,10 @@ def slices(path: str, by: str, lines: int | None = None, derived: bool = False) 
         counts[label] = counts.get(label, 0) + 1
     if by == "user":
         order = sorted(bins, key=bootstrap.user_order)
-        return [dict(log=path, user=u, **_figures(bins[u], metrics)) for u in order]
+        return [dict(log=path, user=u, **_figures(bins[u], metrics, derived)) for u in order]
     order = sorted(bins, key=lambda b: int(b.split("-")[0]))
-    return [dict(log=path, message_length=b, messages=counts[b], **_figures(bins[b], metrics)) for b in order]
+    return [dict(log=path, message_length=b, messages=counts[b], **_figures(bins[b], metrics, derived))
+            for b in order]
 
 
 # --- per-token columns ---------------------------------------------------------------------------
