@@ -175,11 +175,12 @@ def run_command(command: click.Command, argv: list[str] | None, prog: str,
     so does an ``OSError`` naming a file (an output that cannot be written:
     ``PROG: error: FILE: REASON``); Ctrl-C prints ``PROG: interrupted`` (and ``; HINT``) and
     exits 130, SIGTERM (:class:`lmchallenge.errors.Terminated`, unwinding as Ctrl-C does)
-    ``PROG: terminated`` and exits 143; a closed stdout pipe (``| head``) ends quietly with exit code 141 (as a process killed by
-    SIGPIPE), and a full disk behind standard output is ``PROG: error: cannot write the
-    output: REASON``.  The process is expected to exit when this returns: the garbage collector's
-    objects are frozen first (:func:`lmchallenge.tuning.freeze_heap`), so the collections at
-    exit do not traverse them again.
+    ``PROG: terminated`` and exits 143; a closed stdout pipe (``| head``) ends quietly with
+    exit code 141 (as a process killed by SIGPIPE), and a full disk behind standard output is
+    ``PROG: error: cannot write the output: REASON``.  The process is expected to exit when
+    this returns: the garbage collector's objects are frozen first
+    (:func:`lmchallenge.tuning.freeze_heap`), so the collections at exit do not traverse them
+    again.
 
     Args:
         command: the click group or command.
@@ -189,6 +190,8 @@ def run_command(command: click.Command, argv: list[str] | None, prog: str,
     """
     args = sys.argv[1:] if argv is None else list(argv)
     if threading.current_thread() is threading.main_thread():
+        # left in place: the process exits after this (restored, a SIGTERM in between would
+        # end in a traceback)
         signal.signal(signal.SIGTERM, raise_terminated)
     try:
         # not command.main(): it turns a closed pipe into exit code 1

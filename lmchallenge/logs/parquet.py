@@ -5,7 +5,7 @@ One row per log datum (token).  Columns, in this order:
 =============== ===================================================== ========
 column          type                                                  null?
 =============== ===================================================== ========
-``user``        string, or int64 where the users are integers           yes
+``user``        string, or int64 where the users are integers         yes
 ``message``     int64 (message index within the user's group)        no
 ``token``       int64 (token index within the message)               no
 ``character``   int64 (code-point offset of the token in the message) no
@@ -13,10 +13,10 @@ column          type                                                  null?
 ``select``      bool (null: the datum had no ``select`` key)          yes
 =============== ===================================================== ========
 
-(``user`` holds one type: a log whose users are integers (a jsonlines corpus' ``{"user": 7}``)
-has an int64 column, so that it reads back as the same log; ``1`` and ``"1"``, different users
-in LM Challenge 5.x, cannot share a Parquet log: :data:`USER_TYPES`),
-followed by the payload of the game:
+followed by the payload of the game (below).  ``user`` holds one type: a log whose users are
+integers (a jsonlines corpus' ``{"user": 7}``) has an int64 column, so that it reads back as
+the same log; ``1`` and ``"1"``, different users in LM Challenge 5.x, cannot share a Parquet
+log, nor can an integer beyond 64 bits be in one (:data:`USER_TYPES`).  The payload:
 
 * ``wc``: ``completions`` list<list<string>> (per typed prefix, the model's
   completions, best first);
@@ -230,7 +230,7 @@ class _Users:
     def __init__(self, kind: str | None, path: str):
         self.kind = kind
         self.path = path
-        self._why = f"the log's users are {kind}s"     # what fixed the kind, for errors
+        self._why = f"the log's users are {kind}s" if kind else ""   # what fixed the kind
 
     def check(self, datums: Sequence[Datum], start: int) -> None:
         """Raise InputError unless every user of ``datums`` (numbered from ``start``) is None
