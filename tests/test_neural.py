@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -492,6 +493,12 @@ def test_ce_queries_are_refused(tiny):
     lm = adapter(tiny)
     with pytest.raises(ModelError, match=r"character probabilities \(ce\) are not computed"):
         lm.predict("In the beginn", ["i"])
+    # a text of one-character words asks ce queries that look like we's, and a space: refused
+    # there (its one-letter "characters" were scored as whole words)
+    assert lm.predict("", ["a"])
+    with pytest.raises(ModelError, match=r"the candidate ' ' is white space, which only a character "
+                                         r"query asks for: .*\(ce\) are not computed"):
+        lm.predict("a", [" "])
 
 
 # -- the commands ---------------------------------------------------------------------------
@@ -725,6 +732,7 @@ def test_a_device_torch_cannot_use_is_refused_before_loading(model_dir, device, 
     ({"top": 1.5}, "option top must be a whole number >= 0, not 1.5"),
     ({"threads": 0}, "option threads must be a whole number >= 1, not 0"),
     ({"search_width": True}, "option search_width must be a whole number >= 1, not True"),
+    ({"max_expansions": 1}, "option max_expansions must be a whole number >= 2, not 1"),
     ({"dtype": "fp16"}, "unknown dtype 'fp16'"),
 ])
 def test_in_process_options_are_checked_before_loading(model_dir, tiny, options, message):
@@ -735,6 +743,27 @@ def test_in_process_options_are_checked_before_loading(model_dir, tiny, options,
     if "dtype" not in options:
         with pytest.raises(ModelError, match=re.escape(message)):
             CausalLM.from_objects(tiny[1], tiny[0], **options)
+
+
+def test_a_chunk_longer_than_the_model_s_positions_is_refused(tiny):
+    """A model of 16 positions with chunks of 32 tokens scored nothing: every logp null, every
+    completion list empty, exit 0."""
+    tokenizer, model = tiny
+    model.config.max_position_embeddings = 16
+    try:
+        with pytest.raises(ModelError, match=re.escape("chunk 32 is more than the model's 16 positions "
+                                                       "(max_position_embeddings): give --chunk (chunk) "
+                                                       "16 or less")):
+            CausalLM.from_objects(model, tokenizer, chunk=32)
+        assert CausalLM.from_objects(model, tokenizer, chunk=16).predict("In the ", ["beginning"])
+    finally:
+        model.config.max_position_embeddings = 512
+
+
+def test_the_fewest_expansions_find_a_word(tiny):
+    """The context's own expansion is the first: --max-expansions 1 found no word for any
+    query (every wc list empty); 2, the least now allowed, finds one."""
+    assert len(adapter(tiny, top=5, max_expansions=2).predict("In the ", None)) == 1
 
 
 def test_a_bad_model_path_says_what_it_is_not(model_dir, corpus, tmp_path):
@@ -750,6 +779,26 @@ def test_a_bad_model_path_says_what_it_is_not(model_dir, corpus, tmp_path):
     assert b"Traceback" not in refused.stderr
 
 
+def test_a_model_directory_without_tokenizer_or_of_an_unknown_architecture_is_one_line(model_dir, tmp_path):
+    """Were transformers' paragraphs (on sentencepiece and tiktoken; on upgrading)."""
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "config.json").write_text((model_dir / "config.json").read_text())
+    with pytest.raises(ModelError, match=re.escape("the model directory has no tokenizer (tokenizer.json, "
+                                                   "or the files a fast tokenizer is made from)")):
+        CausalLM(str(bare), threads=1)
+    unknown = tmp_path / "unknown"
+    unknown.mkdir()
+    for source in model_dir.iterdir():
+        (unknown / source.name).write_bytes(source.read_bytes())
+    config = json.loads((unknown / "config.json").read_text())
+    (unknown / "config.json").write_text(json.dumps(dict(config, model_type="nosucharch")))
+    with pytest.raises(ModelError) as caught:
+        CausalLM(str(unknown), threads=1)
+    assert "\n" not in str(caught.value).split("request")[0].strip()
+    assert "cannot load the model: ValueError: " in str(caught.value) and "nosucharch" in str(caught.value)
+
+
 def test_unpack_writes_a_model_directory_with_the_same_answers(model_dir, corpus, tmp_path):
     """``lmc-neural unpack`` of a model directory (a GGUF's is tested with SmolLM2): the
     weights written again, the same log; a directory that is no model is a clean error."""
@@ -759,6 +808,12 @@ def test_unpack_writes_a_model_directory_with_the_same_answers(model_dir, corpus
     assert made.returncode == 0, made.stderr
     report = made.stderr.splitlines()[-1]  # after transformers' progress bars
     assert report.startswith(f"lmc-neural: {out}: ") and "model.safetensors" in report
+    # every file readable as the umask says (the weights were 0600: unreadable by the workers
+    # of a cluster running as another user)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in out.iterdir()} == \
+        {p.name: oct(0o666 & ~umask) for p in out.iterdir()}
     assert (lmc("run", serve_command(out), "we", str(corpus)).stdout
             == lmc("run", serve_command(model_dir), "we", str(corpus)).stdout)
     empty = tmp_path / "empty"

@@ -120,8 +120,9 @@ def cli() -> None:
               help="Tokens per forward-pass row.")
 @click.option("--top", type=click.IntRange(min=0), default=20, show_default=True,
               help="Words returned for a query without candidates (wc counts up to 20).")
-@click.option("--max-expansions", type=click.IntRange(min=1), default=64, show_default=True,
-              help="Token paths the completion search may expand per wc query.")
+@click.option("--max-expansions", type=click.IntRange(min=2), default=64, show_default=True,
+              help="Token paths the completion search may expand per wc query (the first is "
+                   "the context itself: 2 finds one word).")
 @click.option("--search-width", type=click.IntRange(min=1), default=SEARCH_WIDTH,
               show_default=True,
               help="Token paths the completion search expands together, in one forward pass.")

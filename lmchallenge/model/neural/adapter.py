@@ -86,7 +86,8 @@ class CausalLM(Model):
             (:attr:`predict_batch_size`), so that the rows can be filled.
         chunk: tokens per forward pass row.
         top: words returned for a query without candidates (``wc`` counts up to 20).
-        max_expansions: paths the completion search may expand per query.
+        max_expansions: paths the completion search may expand per query (>= 2: the first
+            is the context itself).
         search_width: paths the completion search expands together, in one forward pass
             (of ``search_width`` rows of one token each).
         threads: CPU threads of torch (``None``: torch's default, one per core, also in
@@ -157,6 +158,10 @@ class CausalLM(Model):
                              f"(attention), and this model's do not ({unsupported})",
                              stderr_tail=None)
         positions = getattr(model.config, "max_position_embeddings", None)
+        if positions is not None and positions < chunk:    # no token would fit: all null
+            raise ModelError(name, f"chunk {chunk} is more than the model's {positions} positions "
+                             f"(max_position_embeddings): give --chunk (chunk) {positions} or "
+                             f"less", stderr_tail=None)
         fits = None if positions is None else positions // chunk * chunk  # padded chunks too
         try:
             spelling = encoder(tokenizer, vocab.pieces)
@@ -214,8 +219,9 @@ class CausalLM(Model):
 
 
 _LEAST = {"batch_size": 1, "chunk": 1, "search_width": 1, "threads": 1, "top": 0,
-          "max_expansions": 0}
-"""The least value of each numeric option (``threads`` may also be None)."""
+          "max_expansions": 2}
+"""The least value of each numeric option (``threads`` may also be None; ``max_expansions``
+counts the context's own expansion, so 1 would find no word)."""
 
 
 def check_options(name: str, **options: Any) -> None:

@@ -76,6 +76,24 @@ def _check_path(path: str) -> None:
     if os.path.isdir(path) and not os.path.exists(os.path.join(path, "config.json")):
         raise ModelError(path, "not a model directory (it has no config.json) nor a .gguf file",
                          stderr_tail=None)
+    if os.path.isdir(path) and not any(os.path.exists(os.path.join(path, name))
+                                       for name in TOKENIZER_FILES):
+        raise ModelError(path, "the model directory has no tokenizer (tokenizer.json, or the "
+                         "files a fast tokenizer is made from)", stderr_tail=None)
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.json",
+                   "vocab.txt", "tiktoken.model")
+"""Files one of which a model directory's tokenizer is read from (transformers'
+``AutoTokenizer``): without any, it fails with a paragraph about sentencepiece and tiktoken."""
+
+
+def _first_line(error: Exception) -> str:
+    """``TYPE: the first line of the message`` (transformers' messages run to paragraphs of
+    advice on installing packages)."""
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0].strip() if lines else ''}" + \
+        (" (...)" if len(lines) > 1 else "")
 
 
 def _location(path: str) -> tuple[str, dict[str, str]]:
@@ -120,7 +138,7 @@ def load(path: str, device: str = "cpu", dtype: str = "auto", random_weights: bo
             model = AutoModelForCausalLM.from_pretrained(where, local_files_only=True,
                                                          dtype=torch_dtype, **extra)
     except (OSError, ValueError, ImportError, KeyError) as e:
-        raise ModelError(path, f"cannot load the model: {type(e).__name__}: {e}",
+        raise ModelError(path, f"cannot load the model: {_first_line(e)}",
                          stderr_tail=None) from None
     if not getattr(tokenizer, "is_fast", False):
         raise ModelError(path, "the tokenizer is not a fast (tokenizers) tokenizer",
@@ -147,7 +165,7 @@ def save_skeleton(path: str, out_dir: str) -> list[str]:
         config = AutoConfig.from_pretrained(where, local_files_only=True, **extra)
         tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True, **extra)
     except (OSError, ValueError, ImportError, KeyError) as e:
-        raise ModelError(path, f"cannot read the model: {type(e).__name__}: {e}",
+        raise ModelError(path, f"cannot read the model: {_first_line(e)}",
                          stderr_tail=None) from None
     os.makedirs(out_dir, exist_ok=True)
     config.save_pretrained(out_dir)
@@ -183,7 +201,20 @@ def save_unpacked(path: str, out_dir: str) -> list[str]:
         os.makedirs(out_dir, exist_ok=True)
         plain.save_pretrained(out_dir)
         loaded.tokenizer.save_pretrained(out_dir)
+        _umask_modes(out_dir)
     except OSError as e:
         raise ModelError(path, f"cannot write {out_dir}: {e.strerror or e}",
                          stderr_tail=None) from None
     return sorted(os.listdir(out_dir))
+
+
+def _umask_modes(directory: str) -> None:
+    """Give the files in ``directory`` the mode a new file gets (``0666`` less the umask):
+    safetensors writes the weights readable by their owner only (0600), which a cluster's
+    workers running as another user (the compose cluster's uid 1000) could not read."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        if os.path.isfile(path) and not os.path.islink(path):
+            os.chmod(path, 0o666 & ~umask)

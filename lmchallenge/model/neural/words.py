@@ -55,6 +55,10 @@ ContinuationsFn = Callable[[list[tuple[Tokens, int, str]], Mapping[str, np.ndarr
 PathRowsFn = Callable[[Tokens, list[Tokens]], list[np.ndarray]]
 
 
+_CHARACTERS = ("this model scores whole words after a whole-word context (we, wr); character "
+               "probabilities (ce) are not computed")
+
+
 class RefusedQuery(ValueError):
     """A query this adapter does not answer (it would have to approximate)."""
 
@@ -174,7 +178,9 @@ class WordScorer:
             that the tokenizer cannot spell, or that would reach past ``max_tokens``.
         Raises:
             RefusedQuery: a query with one candidate that continues the context's last
-                word: a character query (``ce``), not computed here.
+                word, or is white space: a character query (``ce``), not computed here (a
+                text of one-character words asks ``ce`` queries that are ``we``'s, but
+                its spaces are asked for too).
         """
         plans: list[tuple[int, str, Tokens, Tokens]] = []  # (query, candidate, head, word)
         for query, (context, candidates) in enumerate(queries):
@@ -182,9 +188,10 @@ class WordScorer:
             if len(candidates) == 1 and self.continues(context_pieces, gap, candidates[0]):
                 raise RefusedQuery(
                     f"the context ends inside a word ({_last_word(context_pieces[-1])!r}) and "
-                    f"the candidate {candidates[0]!r} would continue it: this model scores "
-                    "whole words after a whole-word context (we, wr); character probabilities "
-                    "(ce) are not computed")
+                    f"the candidate {candidates[0]!r} would continue it: {_CHARACTERS}")
+            if len(candidates) == 1 and candidates[0].isspace():   # only ce asks for a space
+                raise RefusedQuery(f"the candidate {candidates[0]!r} is white space, which only a "
+                                   f"character query asks for: {_CHARACTERS}")
             head = self.context_tokens(context_pieces)
             for candidate in candidates:
                 if not single_word(candidate) or self.continues(context_pieces, gap, candidate):
