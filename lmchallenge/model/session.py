@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from lmchallenge.errors import LmcError, ModelError
 from lmchallenge.model.wire import (Clear, Predict, Request, Result, Train, check_result,
-                                    encode_request, first_of_each, has_duplicates)
+                                    encode_request, first_of_each, has_duplicates, protocol_text)
 
 LOG = logging.getLogger(__name__)
 
@@ -64,9 +64,11 @@ class InProcessModel:
     to ``model.predict`` one by one; ``train``/``clear`` are called if the model has them.
     Every other attribute is the model's.
 
-    Answers are checked as a shell model's answer lines are: a score that is a number but
-    not finite is an error; a text given twice in one answer keeps its first pair (a
-    warning, once per :class:`InProcessModel`).
+    Its texts are those a shell model reads (:func:`lmchallenge.model.wire.protocol_text`: a
+    TAB, LF or CR in a context or candidate is a space), so that a model gives the same log
+    in process, over a pipe and in ``lmc-dist``.  Answers are checked as a shell model's
+    answer lines are: a score that is a number but not finite is an error; a text given twice
+    in one answer keeps its first pair (a warning, once per :class:`InProcessModel`).
 
     Args:
         model: the Python object.
@@ -105,8 +107,7 @@ class InProcessModel:
         for request in requests:
             if isinstance(request, Predict):
                 if not batched:
-                    yield [self._answer(request, self._call(request, "predict", request.context,
-                                                            request.candidates))]
+                    yield [self._answer(request, self._call(request, "predict", *_as_read(request)))]
                     continue
                 pending.append(request)
                 if len(pending) < self.batch_size:
@@ -115,15 +116,14 @@ class InProcessModel:
                 yield self._predict_batch(pending)
                 pending = []
             if isinstance(request, Train):
-                self._call_optional(request, "train", request.text)
+                self._call_optional(request, "train", protocol_text(request.text))
             elif isinstance(request, Clear):
                 self._call_optional(request, "clear")
         if pending:
             yield self._predict_batch(pending)
 
     def _predict_batch(self, predicts: list[Predict]) -> list[Result]:
-        answers = list(self._call(predicts, "predict_batch",
-                                  [(p.context, p.candidates) for p in predicts]))
+        answers = list(self._call(predicts, "predict_batch", [_as_read(p) for p in predicts]))
         if len(answers) != len(predicts):
             raise self._error(f"predict_batch returned {len(answers)} answers for "
                               f"{len(predicts)} queries", predicts)
@@ -169,6 +169,14 @@ class InProcessModel:
                       for r in requests)
         return ModelError(self.name, reason, query=lines[0] if lines else None,
                           stderr_tail=None, in_flight=lines if len(lines) > 1 else ())
+
+
+def _as_read(request: Predict) -> tuple[str, Sequence[str] | None]:
+    """The context and candidates of ``request`` as a shell model reads them."""
+    candidates = request.candidates
+    if candidates is not None and any("\t" in c or "\n" in c or "\r" in c for c in candidates):
+        candidates = [protocol_text(c) for c in candidates]
+    return protocol_text(request.context), candidates
 
 
 def _shorten(text: str, most: int = 200) -> str:
