@@ -42,7 +42,7 @@ from lmchallenge.corpus import (READ_ERRORS, Message, decode_lines, first_non_bl
                                  parse_json_row)
 from lmchallenge.corpus import detect_format as corpus_format_of
 from lmchallenge.errors import InputError
-from lmchallenge.logs.parquet import mixed_users_message, user_kind, wide_user_message
+from lmchallenge.logs.parquet import a_kind, mixed_users_message, user_kind, wide_user_message
 
 from lmc_dist.sizing import SAMPLE_BYTES, ForCluster, PartitionSize, QueryCost
 
@@ -139,8 +139,7 @@ class UserTypes:
             return
         (line, user), (other_line, other) = sorted(self.first.values(), key=lambda v: -v[0])
         raise InputError(name, line, mixed_users_message(
-            user, f"user {other!r} of line {other_line} is "
-                  f"{'an integer' if isinstance(other, int) else 'a string'}", jsonl))
+            user, f"user {other!r} of line {other_line} is {a_kind(other)}", jsonl))
 
 
 @dataclass

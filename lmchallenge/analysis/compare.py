@@ -96,16 +96,21 @@ def check_same_data(baseline: str, logs: Sequence[str]) -> str | None:
     from lmchallenge.logs.io import read_log
     from lmchallenge.analysis.pretty import detect_game
 
+    first = None
     for log in logs:
+        checked = pairs(read_log(baseline), read_log(log))
         try:
-            collections.deque(pairs(read_log(baseline), read_log(log)), maxlen=0)
+            pair = next(checked, None)     # the baseline's first datum names the game
+            first = first if pair is None else pair[0]
+            collections.deque(checked, maxlen=0)
         except LogMismatchError as error:
             raise LogMismatchError(f"{log}: {error}") from None
-    data = read_log(baseline)
-    try:
-        first = next(data, None)
-    finally:
-        getattr(data, "close", lambda: None)()     # a generator: its file closed now
+    if not logs:
+        data = read_log(baseline)
+        try:
+            first = next(data, None)
+        finally:
+            getattr(data, "close", lambda: None)()     # a generator: its file closed now
     return detect_game(first) if first is not None else None
 
 

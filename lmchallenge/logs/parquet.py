@@ -144,11 +144,16 @@ def wide_user_message(user: int, jsonl: str = "write the log as jsonl") -> str:
             f"Parquet log holds (int64); {jsonl}, or give the users as strings")
 
 
+def a_kind(user: str | int) -> str:
+    """``an integer`` or ``a string``: what ``user`` is, for messages."""
+    return "a string" if isinstance(user, str) else "an integer"
+
+
 def mixed_users_message(user: Any, other: str, jsonl: str = "write the log as jsonl") -> str:
     """Why ``user`` cannot join a Parquet log whose users are of the other type, as
     ``other`` says (``'user "a" of line 3 is a string'``); ``jsonl`` says how to write jsonl
     instead."""
-    return (f"user {user!r} is {'an integer' if user_kind(user) == 'integer' else 'a string'} "
+    return (f"user {user!r} is {a_kind(user)} "
             f"but {other}: the user column of a Parquet log holds one type (1 and \"1\" are "
             f"different users); give every user as a string or every one as an integer, or "
             f"{jsonl}")
@@ -248,7 +253,7 @@ class _Users:
                 raise InputError(self.path, None, f"datum {number}: user {user!r} is a "
                                                   f"{type(user).__name__}, not a string or an integer")
             if self.kind is None:
-                self.kind, self._why = kind, f"user {user!r} before it is {_a(kind)}"
+                self.kind, self._why = kind, f"user {user!r} before it is {a_kind(user)}"
                 continue
             raise InputError(self.path, None, f"datum {number}: {mixed_users_message(user, self._why)}")
 
@@ -259,10 +264,6 @@ class _Users:
             self.kind = "string"
             self._why = f"the log's first {rows:,} datums, without a user, fixed its user column as strings"
         return self.kind
-
-
-def _a(kind: str) -> str:
-    return "an integer" if kind == "integer" else "a string"
 
 
 def _write_group(writer: pq.ParquetWriter | None, tmp: str, group: list[pa.RecordBatch],

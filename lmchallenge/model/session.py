@@ -174,9 +174,8 @@ class InProcessModel:
 def _as_read(request: Predict) -> tuple[str, Sequence[str] | None]:
     """The context and candidates of ``request`` as a shell model reads them."""
     candidates = request.candidates
-    if candidates is not None and any("\t" in c or "\n" in c or "\r" in c for c in candidates):
-        candidates = [protocol_text(c) for c in candidates]
-    return protocol_text(request.context), candidates
+    return protocol_text(request.context), \
+        None if candidates is None else [protocol_text(c) for c in candidates]
 
 
 def _shorten(text: str, most: int = 200) -> str:

@@ -31,6 +31,7 @@ from lmchallenge.stats import columnar
 from lmchallenge.stats import state as stats
 from lmchallenge.corpus import open_binary, whole_line_blocks
 from lmchallenge.logs.files import read_errors
+from lmchallenge.logs.parquet import user_kind
 
 BLOCK_BYTES = 16 << 20
 """Bytes of whole lines read, parsed and reduced at once (a longer line is one block)."""
@@ -126,8 +127,8 @@ def _fits_schema(data: bytes) -> str | None:
                 return "no"
             if not (isinstance(datum, dict) and set(datum) <= set(SCHEMA.names)):
                 return "no"
-            user = datum.get("user")
-            return "integer" if isinstance(user, int) and not isinstance(user, bool) else "string"
+            kind = user_kind(datum.get("user"))    # (an int beyond int64: datum by datum)
+            return "no" if kind == "wide" else kind or "string"
         start = len(data) if end < 0 else end + 1
     return None
 
