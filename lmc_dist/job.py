@@ -49,7 +49,8 @@ from lmc_dist.resources import Resources, require_offered
 from lmc_dist.quiet import (TASK_PREFIX, client_filters, quiet_interruption, sigint_deferred,
                             start_without_sigint)
 from lmc_dist.sizing import ForCluster, PartitionSize, query_cost, recorded_size
-from lmc_dist.worker import PLUGIN_NAME, ModelPool, PartitionTask, evaluate_partition, part_name
+from lmc_dist.worker import (PLUGIN_NAME, ModelPool, PartitionTask, evaluate_partition,
+                             finish_models, part_name)
 
 LOG = logging.getLogger(__name__)
 DEFAULT_PARTITION_CHARS = 100_000
@@ -405,6 +406,7 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
     if client.dashboard_link and _dashboard_address() is not None or job.scheduler:
         LOG.warning("dask dashboard: %s", client.dashboard_link)
     outcomes, errors = _run_partitions(client, job, tasks, manifest)
+    _check_models(client, job, manifest, errors)
     stats = None if errors else _finish(client, job, [outcomes[i] for i in range(len(tasks))],
                                         manifest)
     tokens = sum(p.get("rows") or 0 for p in manifest["partitions"] if p["state"] == "done")
@@ -440,6 +442,37 @@ def _finish(client: Client, job: DistJob, outcomes: list[Any], manifest: dict[st
                            f"{job.run_dir} is complete (statistics in {STATS}): write the log "
                            f"with `lmc convert {job.run_dir} -o {job.output}`") from None
     return stats
+
+
+def _check_models(client: Client, job: DistJob, manifest: dict[str, Any],
+                  errors: dict[int, BaseException]) -> None:
+    """Finish the workers' models (:func:`lmc_dist.worker.finish_models`: each shell model's
+    output read to its end, so that one that wrote more answer lines than it was asked is
+    seen, however late the extra line came), then record as failed, in ``manifest`` and
+    ``errors``, every partition recorded as done whose file is gone: a worker removes the
+    files a model found out of step answered (their answers may belong to other requests),
+    and a run is never committed without them (``--resume`` makes them again)."""
+    try:
+        found = client.run(finish_models, job.predictor, on_error="return")
+    except (OSError, CancelledError):  # the scheduler gone: the files say what is done
+        found = {}
+    found_out = [error for answer in found.values() if isinstance(answer, list)
+                 for error in answer]
+    gone = ModelError(job.predictor.describe(), "the partition's file is gone: the model process "
+                      "that answered it was found later to write more answer lines than it was "
+                      "asked, so its answers may belong to other requests (a worker removes the "
+                      "files such a process answered)", stderr_tail=None, where="")
+    removed = False
+    for entry in manifest["partitions"]:
+        if entry["state"] != "done" or finished_part(job.run_dir, entry["file"]) is not None:
+            continue
+        error = next((e for e in found_out if entry["file"] in e.reason),
+                     found_out[0] if found_out else gone)
+        errors[entry["index"]] = error
+        entry.update(state="failed", error=str(error))
+        removed = True
+    if removed:
+        mf.save(job.run_dir, manifest)
 
 
 def _finished_partitions(run_dir: str, old: dict[str, Any] | None, manifest: dict[str, Any]) -> None:

@@ -1,9 +1,11 @@
 """What runs on a Dask worker: long-lived model processes and the partition task.
 
 Each worker thread keeps one model per predictor alive across partitions (models can take
-seconds to load): started on first use, closed when the worker closes (a
-:class:`ModelPool` worker plugin, registered with ``Client.register_plugin``), and
-discarded after a failure so the next partition starts a fresh one.
+seconds to load): started on first use, finished at the end of each run and when the worker
+closes (a :class:`ModelPool` worker plugin, registered with ``Client.register_plugin``), and
+discarded after a failure so the next partition starts a fresh one.  A model process found
+to write more answer lines than it is asked loses every partition it answered
+(:class:`ModelPool`).
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ import socket
 import threading
 import time
 from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from distributed import WorkerPlugin, get_worker
 
-from lmchallenge.errors import InputError
+from lmchallenge.errors import InputError, ModelError
 from lmchallenge.tuning import freeze_heap
 from lmchallenge.games.runner import Game, run_game
 from lmchallenge.games.spec import GameSpec
@@ -45,12 +48,23 @@ def _spec_key(spec: Any) -> str:
 
 
 class ModelPool(WorkerPlugin):
-    """Per-thread model processes and per-process game objects of one worker."""
+    """Per-thread model processes and per-process game objects of one worker.
+
+    A model process that writes more answer lines than it is asked (a ``print`` to stdout)
+    shifts every later answer onto the wrong request, and the extra line may be read only
+    after the partition it came in has been written (:attr:`ModelError.out_of_step`).  So
+    the pool remembers the part files each model process answered; when the process is
+    found out of step (in a partition, at the start of the next one, or when it is
+    finished: :meth:`finish_idle`, :meth:`close_all`) those files are removed, and the run
+    cannot pass for complete with them (``lmc_dist.job`` marks a recorded partition whose
+    file is gone as failed; ``--resume`` makes it again)."""
 
     name = PLUGIN_NAME
 
     def __init__(self) -> None:
         self._models: dict[tuple[int, str], Any] = {}
+        self._served: dict[tuple[int, str], list[str]] = {}   # part files each model answered
+        self._busy: set[tuple[int, str]] = set()
         self._games: dict[str, Game] = {}
         self._lock = threading.Lock()
         self._frozen = False
@@ -62,37 +76,85 @@ class ModelPool(WorkerPlugin):
         self.__init__()
 
     def setup(self, worker=None) -> None:
-        self._models = {}
-        self._games = {}
+        self.__init__()
         quiet_worker(worker)
 
     def teardown(self, worker=None) -> None:
         self.close_all()
 
-    def close_all(self) -> None:
+    def close_all(self) -> list[ModelError]:
+        """Finish every idle model (:func:`finish_model`) and stop those a task still uses
+        (a cancelled task's thread runs on: the unanswered requests of its model are not
+        extra lines); the errors of the idle ones found out of step."""
         with self._lock:
-            models, self._models = list(self._models.values()), {}
-        for model in models:
-            try:
-                close_model(model)
-            except Exception:  # noqa: BLE001 - closing at shutdown: nothing else to do
-                pass
+            idle = [key for key in self._models if key not in self._busy]
+            busy = [key for key in self._models if key in self._busy]
+        for key in busy:
+            self._discard(key)
+        return self._finish(idle)
 
-    def model(self, spec: PredictorSpec) -> Any:
-        """This thread's model for ``spec``, started on first use."""
+    def finish_idle(self, spec: PredictorSpec) -> list[ModelError]:
+        """Finish the models of ``spec`` that no task is using (:func:`finish_model`: a
+        shell model's input is closed and its output read to the end, so an extra answer
+        line is seen however late it comes); the errors of those found out of step, whose
+        part files are removed.  The next task starts a new model."""
+        wanted = _spec_key(spec)
+        with self._lock:
+            keys = [key for key in self._models if key[1] == wanted and key not in self._busy]
+        return self._finish(keys)
+
+    def _finish(self, keys: list[tuple[int, str]]) -> list[ModelError]:
+        found = []
+        for key in keys:
+            with self._lock:
+                model = self._models.pop(key, None)
+                served = self._served.pop(key, [])
+            if model is None:
+                continue
+            try:
+                finish_model(model)
+            except ModelError as e:
+                if e.out_of_step:
+                    found.append(drop_served(e, served))
+            except Exception:  # noqa: BLE001 - closing at the end: nothing else to do
+                pass
+        return found
+
+    @contextlib.contextmanager
+    def using(self, spec: PredictorSpec) -> Iterator[tuple[Any, Callable[[str], None]]]:
+        """This thread's model for ``spec`` (started on first use) and a function that
+        records a part file it answered, while a task uses it.  On a failure the model is
+        discarded (the next use starts a fresh one); a :class:`ModelError` that finds it out
+        of step also removes the part files it answered before, and is raised saying so.
+        """
         key = (threading.get_ident(), _spec_key(spec))
         model = self._models.get(key)
         if model is None:
             model = spec.create()
             with self._lock:
                 self._models[key] = model
-        return model
+                self._served[key] = []
+        with self._lock:
+            self._busy.add(key)
+        try:
+            yield model, self._served[key].append
+        except ModelError as e:
+            served = self._discard(key)
+            if not e.out_of_step:
+                raise
+            raise drop_served(e, served) from None
+        except BaseException:
+            self._discard(key)
+            raise
+        finally:
+            with self._lock:
+                self._busy.discard(key)
 
-    def discard(self, spec: PredictorSpec) -> None:
-        """Stop this thread's model for ``spec`` (after a failure: the next use restarts it)."""
-        key = (threading.get_ident(), _spec_key(spec))
+    def _discard(self, key: tuple[int, str]) -> list[str]:
+        """Stop the model of ``key`` (the next use restarts it); the part files it answered."""
         with self._lock:
             model = self._models.pop(key, None)
+            served = self._served.pop(key, [])
         if model is not None:
             kill = getattr(model, "kill", None)
             if kill is not None:
@@ -101,6 +163,7 @@ class ModelPool(WorkerPlugin):
                 close_model(model)
             except Exception:  # noqa: BLE001 - it failed already; the error is reported
                 pass
+        return served
 
     def freeze_heap_once(self) -> None:
         """After this process's first partition, move every object the garbage collector
@@ -123,6 +186,47 @@ class ModelPool(WorkerPlugin):
             if game is None:
                 game = self._games[key] = spec.build()
         return game
+
+
+def finish_model(model: Any) -> None:
+    """End ``model``: a shell model's ``finish`` (its input closed, its output read to the
+    end: :meth:`lmchallenge.model.shell.ShellModel.finish`), else :func:`close_model`.
+
+    Raises:
+        ModelError: the shell model wrote more than it was asked (``out_of_step``).
+    """
+    finish = getattr(model, "finish", None)
+    if finish is not None:
+        finish()
+    else:
+        close_model(model)
+
+
+def drop_served(error: ModelError, served: list[str]) -> ModelError:
+    """Remove the part files ``served`` (paths) that a model found out of step answered, and
+    return ``error`` saying so (the worker's log says it too)."""
+    names = [os.path.basename(path) for path in served]
+    for path in served:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+    if not names:
+        return error
+    LOG.info("model %r wrote more answer lines than it was asked: removed %s, which it "
+             "answered", error.command, ", ".join(names))
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return error.with_reason(
+        f"{error.reason}; so the answers it gave may belong to other requests: the "
+        f"partition{'s' if len(names) > 1 else ''} it answered "
+        f"{'are' if len(names) > 1 else 'is'} removed, to be made again ({shown})")
+
+
+def finish_models(spec: PredictorSpec, dask_worker: Any = None) -> list[ModelError]:
+    """Run on every worker at the end of a run (``Client.run``, which passes the worker as
+    ``dask_worker``): finish the worker's idle models of ``spec``
+    (:meth:`ModelPool.finish_idle`); the errors of those found out of step (their part files
+    removed)."""
+    pool = dask_worker.plugins.get(PLUGIN_NAME) if dask_worker is not None else None
+    return (pool if pool is not None else current_pool()).finish_idle(spec)
 
 
 _LOCAL_POOL = ModelPool()
@@ -228,15 +332,12 @@ def evaluate_partition(task: PartitionTask) -> PartitionOutcome:
     game = pool.game(task.game)
     messages = read_partition(task.input_path, task.partition, task.corpus_format,
                               name=task.corpus_name)
-    model = pool.model(task.predictor)
-    try:
+    with pool.using(task.predictor) as (model, served):
         rows = write_log(run_game(game, model, messages, train=task.train,
                                   first_message=task.partition.first_message),
                          task.output_path, game=task.game.name, compresslevel=PART_GZIP_LEVEL,
                          user_type=task.user_type)
-    except BaseException:     # the model may be in any state: the next partition starts anew
-        pool.discard(task.predictor)
-        raise
+        served(task.output_path)
     # the state column-wise from the file just written (in the page cache): 0.4 us a row of
     # Parquet, 2.8 of .jsonl.gz, against 5.5-6.3 us a datum fed one by one (BENCHMARKS.md,
     # "scaling", CPU per token)

@@ -84,6 +84,18 @@ class ModelError(LmcError):
             parts.append("model stderr: (empty)")
         return "\n".join(parts)
 
+    @property
+    def out_of_step(self) -> bool:
+        """True for a model that wrote more answer lines than it was asked (``where`` is
+        ``''``): from its first extra line on, every answer was taken for an earlier
+        request's, so none of its answers since it started can be trusted."""
+        return self.where == ""
+
+    def with_reason(self, reason: str) -> "ModelError":
+        """A copy of this error with another ``reason``."""
+        return ModelError(self.command, reason, self.query, self.stderr_tail, self.where,
+                          self.in_flight, self.answer_line)
+
     def with_where(self, where: str) -> "ModelError":
         """A copy of this error that also names the user/message/token being evaluated."""
         return ModelError(self.command, self.reason, self.query, self.stderr_tail, where,

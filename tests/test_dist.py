@@ -657,3 +657,48 @@ def test_a_scheduler_without_workers_is_said_and_the_run_goes_on_when_one_comes(
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
         assert json.loads(out)["entropy"]["hit"] > 0
+
+
+@pytest.mark.parametrize("misbehaviour, said", [
+    (["--at-exit", "goodbye"], "answered more lines than it was asked: 'goodbye'"),
+    (["--mode", "twice", "--after", "5"], "answered more lines than it was asked: "),
+])
+def test_partitions_of_a_model_out_of_step_are_never_kept(tmp_path, two_workers, misbehaviour,
+                                                         said):
+    """A model process that writes an extra answer line shifts every later answer onto the
+    wrong request, and lmc-dist keeps a process across partitions: the line may be read only
+    in a later partition or when the process is finished at the end of the run.  No partition
+    such a process answered is kept, the run is not committed, and --resume makes them again
+    (the log then equals lmc run's)."""
+    corpus = tmp_path / "kjv.txt"
+    with open(DATA / "kjv" / "test.sample.txt", "rb") as f:
+        corpus.write_bytes(b"".join(f.readline() for _ in range(60)))
+    flag = tmp_path / "misbehave"
+    flag.write_text("")
+    model = toy_model_command(*misbehaviour, "--misbehave-if-exists", str(flag))
+    run_dir = tmp_path / "run"
+    args = ["run", model, "we", "--input", str(corpus), "--run-dir", str(run_dir),
+            "--scheduler", two_workers.address, "--partition-chars", "600", "--retries", "0"]
+    failed = lmc_dist(args, check=False)
+    err = failed.stderr.decode()
+    assert failed.returncode == 2, err
+    assert said in err and "Traceback" not in err
+    assert "partitions failed" in err and "--resume" in err
+    assert not (run_dir / "_stats.json").exists()
+    manifest = json.loads((run_dir / "_manifest.json").read_text())
+    expected = lmc_run(["we"], corpus).splitlines(keepends=True)
+    kept = 0
+    for entry in manifest["partitions"]:
+        part = run_dir / "_temporary" / entry["file"]
+        assert part.exists() == (entry["state"] == "done"), entry
+        if part.exists():     # a partition kept is one a model in step answered
+            kept += 1
+            out = tmp_path / f"{entry['index']}.jsonl"
+            subprocess.run([str(BIN / "lmc"), "convert", str(part), "-o", str(out)], check=True)
+            rows = out.read_bytes().splitlines(keepends=True)
+            first = sum(p["rows"] for p in manifest["partitions"][:entry["index"]])
+            assert rows == expected[first:first + len(rows)]
+    assert kept < len(manifest["partitions"])
+    flag.unlink()
+    lmc_dist(args + ["--resume"])
+    assert concatenated(run_dir) == b"".join(expected)

@@ -16,6 +16,7 @@ its answer; trickle writes its answer one byte every --delay seconds; close-stdo
 standard output and sleeps for an hour; twice writes each answer twice (the copy --delay
 seconds after the answer).
 --at-exit TEXT writes TEXT as a line to standard output when its input ends.
+--misbehave-if-exists F: --mode and --at-exit only if F exists when the model starts.
 --stderr-bytes B writes B bytes of lines to stderr before each answer (any mode), and
 --tally FILE the number of bytes it wrote to stderr to FILE when its input ends.
 """
@@ -43,7 +44,11 @@ def main() -> None:
     parser.add_argument("--stderr-bytes", type=int, default=0)
     parser.add_argument("--tally", default=None)
     parser.add_argument("--at-exit", default=None)
+    parser.add_argument("--misbehave-if-exists", default=None,
+                        help="--mode and --at-exit only if this file exists when it starts")
     args = parser.parse_args()
+    if args.misbehave_if_exists and not os.path.exists(args.misbehave_if_exists):
+        args.mode, args.at_exit = "normal", None
     counted = open(f"{args.count_file}.{os.getpid()}", "a", encoding="utf-8") if args.count_file else None
     trained: set[str] = set()
     answered = 0
