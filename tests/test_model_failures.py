@@ -468,8 +468,24 @@ def test_a_line_written_at_exit_is_an_extra_answer():
     text = failed(lmc("run", model, "we", stdin=b"the lord\n"))
     assert text.startswith(f"lmc: error: model {model!r}: answered more lines than it was asked: "
                            "'goodbye'\nanswer line 3\n")
-    blank = lmc("run", toy("--at-exit", ""), "we", stdin=b"the lord\n")   # a trailing newline
-    assert blank.returncode == 0 and len(blank.stdout.splitlines()) == 2, blank.stderr.decode()
+    # a blank line too: it is an empty answer (a model out of step by one, whose last answer
+    # was empty, leaves a blank line when it is finished)
+    blank = failed(lmc("run", toy("--at-exit", ""), "we", stdin=b"the lord\n"))
+    assert "answered more lines than it was asked: ''\nanswer line 3\n" in blank
+
+
+def test_a_blank_line_at_start_is_found_though_the_last_answer_is_empty(tmp_path):
+    # a print() as the model starts: every answer goes to the request after its own, and the
+    # last one, left for when the model is finished, is empty (wc's answer after the last word
+    # of a line, which nothing continues)
+    script = tmp_path / "blank_first.py"
+    script.write_text("import sys, time\nprint(flush=True)\nfor line in sys.stdin:\n"
+                      "    time.sleep(0.05)\n    print(flush=True)\n")
+    out = tmp_path / "log.jsonl"
+    text = failed(lmc("run", "--output", str(out), f"{PYTHON} {script}", "wc",
+                      stdin=b"a b\n"))
+    assert "answered more lines than it was asked: ''" in text
+    assert not out.exists()
 
 
 def test_a_persistent_model_s_extra_line_is_not_taken_for_the_next_answer():

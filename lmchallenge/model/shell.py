@@ -407,7 +407,8 @@ class ShellModel(Model):
     def finish(self) -> None:
         """End the session after the last answer, checking that the model answered no more
         than it was asked: close its input and read its output to the end (it must exit, or
-        close its output, within ``timeout``; blank lines written then are let go), then
+        close its output, within ``timeout``; a blank line then is an extra answer too: an empty
+        answer is a blank line, and the last one of a model out of step by one may be it), then
         :meth:`close`.
 
         Raises:
@@ -428,8 +429,8 @@ class ShellModel(Model):
             if not chunk:
                 break
             rest += chunk
-        if rest.strip(b"\r\n"):   # (blank lines at exit are let go: a trailing newline)
-            raise self._more_than_asked(_first_line(rest.lstrip(b"\r\n")))
+        if rest:
+            raise self._more_than_asked(_first_line(rest))
         self.close()
 
     def close(self) -> None:
