@@ -406,7 +406,16 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
     if client.dashboard_link and _dashboard_address() is not None or job.scheduler:
         LOG.warning("dask dashboard: %s", client.dashboard_link)
     outcomes, errors = _run_partitions(client, job, tasks, manifest)
-    _check_models(client, job, manifest, errors)
+    gone = _check_models(client, job, manifest)
+    for _ in range(job.retries):   # partitions removed after they were done: made again
+        if not gone:
+            break
+        again, errors_again = _run_partitions(client, job, [tasks[i] for i in sorted(gone)],
+                                              manifest)
+        outcomes.update(again)
+        errors.update(errors_again)
+        gone = _check_models(client, job, manifest)
+    errors.update(gone)
     stats = None if errors else _finish(client, job, [outcomes[i] for i in range(len(tasks))],
                                         manifest)
     tokens = sum(p.get("rows") or 0 for p in manifest["partitions"] if p["state"] == "done")
@@ -444,35 +453,36 @@ def _finish(client: Client, job: DistJob, outcomes: list[Any], manifest: dict[st
     return stats
 
 
-def _check_models(client: Client, job: DistJob, manifest: dict[str, Any],
-                  errors: dict[int, BaseException]) -> None:
+def _check_models(client: Client, job: DistJob, manifest: dict[str, Any]) -> dict[int, ModelError]:
     """Finish the workers' models (:func:`lmc_dist.worker.finish_models`: each shell model's
     output read to its end, so that one that wrote more answer lines than it was asked is
-    seen, however late the extra line came), then record as failed, in ``manifest`` and
-    ``errors``, every partition recorded as done whose file is gone: a worker removes the
-    files a model found out of step answered (their answers may belong to other requests),
-    and a run is never committed without them (``--resume`` makes them again)."""
+    seen, however late the extra line came), then find the partitions recorded as done
+    whose file is gone: a worker removes the files that a model process answered when it is
+    found out of step, or fails before it could be checked (their answers may belong to
+    other requests).  They are recorded as failed in ``manifest`` (saved), and returned
+    with their errors by index: a run is never committed without them."""
     try:
         found = client.run(finish_models, job.predictor, on_error="return")
     except (OSError, CancelledError):  # the scheduler gone: the files say what is done
         found = {}
     found_out = [error for answer in found.values() if isinstance(answer, list)
                  for error in answer]
-    gone = ModelError(job.predictor.describe(), "the partition's file is gone: the model process "
-                      "that answered it was found later to write more answer lines than it was "
-                      "asked, so its answers may belong to other requests (a worker removes the "
-                      "files such a process answered)", stderr_tail=None, where="")
-    removed = False
+    removed = ModelError(job.predictor.describe(), "the partition's file is gone: the model "
+                         "process that answered it failed later, or wrote more answer lines "
+                         "than it was asked, so its answers may belong to other requests (a "
+                         "worker removes the files such a process answered)", stderr_tail=None,
+                         where="")
+    gone: dict[int, ModelError] = {}
     for entry in manifest["partitions"]:
         if entry["state"] != "done" or finished_part(job.run_dir, entry["file"]) is not None:
             continue
         error = next((e for e in found_out if entry["file"] in e.reason),
-                     found_out[0] if found_out else gone)
-        errors[entry["index"]] = error
+                     found_out[0] if found_out else removed)
+        gone[entry["index"]] = error
         entry.update(state="failed", error=str(error))
-        removed = True
-    if removed:
+    if gone:
         mf.save(job.run_dir, manifest)
+    return gone
 
 
 def _finished_partitions(run_dir: str, old: dict[str, Any] | None, manifest: dict[str, Any]) -> None:

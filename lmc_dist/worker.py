@@ -55,9 +55,12 @@ class ModelPool(WorkerPlugin):
     after the partition it came in has been written (:attr:`ModelError.out_of_step`).  So
     the pool remembers the part files each model process answered; when the process is
     found out of step (in a partition, at the start of the next one, or when it is
-    finished: :meth:`finish_idle`, :meth:`close_all`) those files are removed, and the run
-    cannot pass for complete with them (``lmc_dist.job`` marks a recorded partition whose
-    file is gone as failed; ``--resume`` makes it again)."""
+    finished: :meth:`finish_idle`, :meth:`close_all`), or fails in a way that leaves it
+    unchecked (:func:`unchecked`: it hangs, exits or answers garbage before it is
+    finished), those files are removed, and the run cannot pass for complete with them
+    (``lmc_dist.job`` makes them again, or marks them failed).  A process stopped from
+    outside (a signal: Ctrl-C, the worker closing) keeps them: an interrupted run keeps its
+    work."""
 
     name = PLUGIN_NAME
 
@@ -140,7 +143,7 @@ class ModelPool(WorkerPlugin):
             yield model, self._served[key].append
         except ModelError as e:
             served = self._discard(key)
-            if not e.out_of_step:
+            if not hasattr(model, "finish") or not unchecked(e):   # a pipe's answers only
                 raise
             raise drop_served(e, served) from None
         except BaseException:
@@ -202,6 +205,19 @@ def finish_model(model: Any) -> None:
         close_model(model)
 
 
+STOPPED_FROM_OUTSIDE = ("was killed by signal ", "exited with code 130", "exited with code 143")
+"""How :class:`lmchallenge.model.shell.ShellModel` words the end of a model stopped by a signal
+(also a Python model's exit on SIGINT or SIGTERM through ``lmchallenge.cli``)."""
+
+
+def unchecked(error: ModelError) -> bool:
+    """True when the model process that raised ``error`` can no longer be checked for
+    answers out of step: it was found out of step, or it failed (hung, exited, answered
+    garbage) before it could be finished, unless it was stopped from outside
+    (:data:`STOPPED_FROM_OUTSIDE`)."""
+    return error.out_of_step or not error.reason.startswith(STOPPED_FROM_OUTSIDE)
+
+
 def drop_served(error: ModelError, served: list[str]) -> ModelError:
     """Remove the part files ``served`` (paths) that a model found out of step answered, and
     return ``error`` saying so (the worker's log says it too)."""
@@ -214,10 +230,11 @@ def drop_served(error: ModelError, served: list[str]) -> ModelError:
     LOG.info("model %r wrote more answer lines than it was asked: removed %s, which it "
              "answered", error.command, ", ".join(names))
     shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    why = ("so the answers it gave may belong to other requests" if error.out_of_step else
+           "so it cannot be checked for answers out of step (more lines than it was asked)")
     return error.with_reason(
-        f"{error.reason}; so the answers it gave may belong to other requests: the "
-        f"partition{'s' if len(names) > 1 else ''} it answered "
-        f"{'are' if len(names) > 1 else 'is'} removed, to be made again ({shown})")
+        f"{error.reason}; {why}: the partition{'s' if len(names) > 1 else ''} it answered "
+        f"before {'are' if len(names) > 1 else 'is'} removed, to be made again ({shown})")
 
 
 def finish_models(spec: PredictorSpec, dask_worker: Any = None) -> list[ModelError]:

@@ -702,3 +702,55 @@ def test_partitions_of_a_model_out_of_step_are_never_kept(tmp_path, two_workers,
     flag.unlink()
     lmc_dist(args + ["--resume"])
     assert concatenated(run_dir) == b"".join(expected)
+
+
+COPY_THEN_EXIT = """\
+import os, sys
+flag = sys.argv[1]
+misbehave = os.path.exists(flag)
+if misbehave:
+    os.remove(flag)          # only the first process misbehaves
+for line in sys.stdin:
+    if not line.startswith("predict"):
+        continue
+    candidates = line.rstrip("\\n").split("\\t")[2:]
+    if misbehave and candidates == ["DIE"]:
+        sys.exit(3)
+    answer = "\\t".join(f"{c}\\t{-float(len(c))}" for c in candidates) + "\\n"
+    sys.stdout.write(answer * (2 if misbehave and candidates == ["COPY"] else 1))
+    sys.stdout.flush()
+"""
+
+
+@pytest.mark.parametrize("retries", [0, 1])
+def test_a_model_that_fails_after_going_out_of_step_loses_what_it_answered(tmp_path, retries):
+    """A model writes an answer twice, so its partition ends one line early and looks whole,
+    then exits in the next partition: the process cannot be finished (checked) any more, so
+    the partitions it answered are not kept.  With a retry they are made again in the same
+    run (fresh processes are in step here): the log equals lmc run's; without, the run fails
+    and --resume makes them."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("x COPY DIE\ny z\n")
+    script = tmp_path / "copy_then_exit.py"
+    script.write_text(COPY_THEN_EXIT)
+    flag = tmp_path / "misbehave"
+    model = f"{PYTHON} {script} {flag}"
+    expected = subprocess.run([str(BIN / "lmc"), "run", model, "we", str(corpus)],
+                              capture_output=True, check=True, timeout=60).stdout
+    flag.write_text("")
+    run_dir = tmp_path / "run"
+    args = ["run", model, "we", "--input", str(corpus), "--run-dir", str(run_dir), "--workers",
+            "1", "--partition-chars", "5", "--retries", str(retries)]
+    result = lmc_dist(args, check=False)
+    err = result.stderr.decode()
+    if retries:
+        assert result.returncode == 0, err
+    else:
+        assert result.returncode == 2, err
+        assert "exited with code 3; so it cannot be checked for answers out of step" in err
+        assert "partition 0 (lines 1-1 of" in err and "the partition's file is gone" in err
+        manifest = json.loads((run_dir / "_manifest.json").read_text())
+        assert [p["state"] for p in manifest["partitions"]] == ["failed", "failed"]
+        assert not list((run_dir / "_temporary").glob("part-*"))
+        lmc_dist(args + ["--resume"])
+    assert concatenated(run_dir) == expected
