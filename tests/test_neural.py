@@ -257,6 +257,24 @@ def test_rows_held_when_the_cache_drops_them(tiny):
         assert all((rows[p] == alone[p]).all() for p in alone)
 
 
+def test_a_long_sequence_keeps_each_chunk_s_cache_once(tiny):
+    """The key/value cache kept for a sequence is each chunk's own positions, once (it was a
+    cache of every prefix: 3.8 GB for one 1,000-word line of SmolLM2), and enough chunks
+    are kept for the longest sequence; dropped, they are computed again to the same bits."""
+    from lmchallenge.model.neural.engine import ChunkedLM
+    tokens = tuple(5 + i % 40 for i in range(8 * 12))   # 12 chunks
+    engine = ChunkedLM(tiny[1], chunk=8, batch=1, keep_states=2)
+    rows = engine.rows(tokens, list(range(len(tokens))))
+    assert engine.forward_passes == 12                    # no chunk computed twice
+    assert sum(state.shape[4] for state in engine._states.items.values()) == len(tokens)
+    for kept in (engine._states, engine._pasts, engine._heads, engine._rows):
+        kept.items.clear()
+    engine._rows.extending.clear()
+    assert (engine.rows(tokens, [len(tokens) - 1])[len(tokens) - 1] == rows[len(tokens) - 1]).all()
+    alone = ChunkedLM(tiny[1], chunk=8, batch=1).rows(tokens, [len(tokens) - 1])
+    assert (alone[len(tokens) - 1] == rows[len(tokens) - 1]).all()
+
+
 def test_a_kept_longer_chunk_answers_its_prefixes(tiny):
     """A chunk's rows kept answer any prefix of it with no pass (the same bits as computed
     alone); once the longer chunk is dropped from the cache, the prefix is computed."""

@@ -72,3 +72,27 @@ def test_a_words_boundary_set_is_the_word_tokenizers():
             if words(word + whole)[0] == word:
                 expected.append(token_id)
         assert vocab.ending(word)[1].tolist() == expected, word
+
+
+def test_a_split_kept_for_the_next_context_gives_a_fresh_split_s_pieces_and_tokens():
+    """The queries of a line extend each other's contexts: the last split's pieces and tokens
+    are kept for the next (splitting a 1,000-word line was quadratic), up to a margin before
+    its end, where appended text may extend or join a token (a word, an emoji sequence, a
+    run of punctuation; ASCII text turning into text that is not).  Every context, extending
+    the last or not, splits as on its own, and its tokens are its pieces' tokens."""
+    from lmchallenge.model.neural.words import SPLIT_MARGIN, _LastSplit, pieces
+    text = ("The 👨‍👩‍👧 family's café-au-lait, don't... naïve 🇬🇧 flags!!! "
+            + "a" * (SPLIT_MARGIN + 5) + "é ---" + "👍🏽" * 3 + " end") * 4
+    ends = list(range(0, len(text), 3)) + [len(text), 40, 7, len(text), 0, len(text)]
+
+    def encode(piece: str) -> tuple[int, ...]:
+        return tuple(map(ord, piece))
+
+    last = _LastSplit(start_id=-1)
+    for end in ends:
+        context = text[:end]
+        found, gap = last.split(context)
+        assert (found, gap) == pieces(context)
+        for count in sorted({0, len(found) // 2, len(found)}):
+            assert last.tokens_of(found[:count], encode) == (-1, *map(ord, "".join(found[:count])))
+    assert last.tokens_of(["not", "these"], encode) is None

@@ -186,7 +186,8 @@ class ChunkedLM:
         batch: rows per forward pass.
         pad_id: the token id that fills the unused end of a chunk.
         keep_rows: chunks of log-probabilities kept (each ``chunk x vocabulary`` float32).
-        keep_states: key/value caches of prefixes kept (at least ``8 * batch``).
+        keep_states: chunks' key/value caches kept (at least ``8 * batch``, and more while
+            a longer sequence needs all of its chunks': :meth:`_past_cache`).
         width: paths per forward pass of :meth:`path_rows`.
         keep_paths: paths' rows and key/value caches kept (each a ``vocabulary`` float32 row).
     """
@@ -202,10 +203,14 @@ class ChunkedLM:
         self._rows = _ChunkLru(keep_rows)        # (past, content) -> np.ndarray [len, V]
         self._sums = _ChunkLru(max(keep_rows, 16 * batch))  # (past, content) -> Sums
         self._endings: _Lru = _Lru(64)           # a set's name -> its 0/1 vector on the device
-        # whole chunks, or a head -> its cache, [layers, 2, 1, heads, len, dim]
+        # the tokens up to a chunk's end (a whole chunk, or a head's last) -> the cache of that
+        # chunk's own positions, [layers, 2, 1, heads, len(chunk), dim]: a sequence's cache
+        # is its chunks', so what is kept grows with its length, not with its square
         self._states: _Lru = _Lru(max(keep_states, 8 * batch))
+        self._least_states = self._states.size
+        self._pasts: _Lru = _Lru(2)              # past -> its whole cache (the last assembled)
         self.width = width
-        self._heads: _Lru = _Lru(8)              # head -> its cache, [layers, 2, 1, H, len, D]
+        self._heads: _Lru = _Lru(2)              # head -> its cache, [layers, 2, 1, H, len, D]
         self._paths: _Lru = _Lru(keep_paths)     # head + path -> (row, [layers, 2, 1, H, len, D])
         self.forward_passes = 0
         self._shapes: Shapes | None = None     # keys' and values' shapes where they differ
@@ -223,8 +228,8 @@ class ChunkedLM:
     def rows_many(self, requests: list[tuple[Tokens, list[int]]]) -> list[dict[int, np.ndarray]]:
         """:meth:`rows` for many sequences, sharing forward passes where they share chunks."""
         c = self.chunk
-        chunks = self._chunks([(tokens, max(positions, default=-1), None)
-                               for tokens, positions in requests])
+        chunks = self._chunks([(tokens, min(positions, default=0), max(positions, default=-1),
+                                None) for tokens, positions in requests])
         return [{position: found[position // c][position % c] for position in positions}
                 for (_, positions), found in zip(requests, chunks)]
 
@@ -245,8 +250,8 @@ class ChunkedLM:
         bits whatever else the pass holds: ``_log_mass``), and one whole row, the last
         (``batch`` rows of ``vocabulary`` floats a pass instead of ``batch * chunk``)."""
         c = self.chunk
-        chunks = self._chunks([(tokens, len(tokens) - 1, ending)
-                               for tokens, _, ending in requests], endings)
+        chunks = self._chunks([(tokens, start - 1, len(tokens) - 1, ending)
+                               for tokens, start, ending in requests], endings)
         answers = []
         for (tokens, start, ending), found in zip(requests, chunks):
             total = 0.0
@@ -297,12 +302,13 @@ class ChunkedLM:
         computed by chunks (the last one padded, its padding's cache dropped)."""
         cache = self._heads.get(head)
         if cache is None:
-            cache = self._states.get(head)
-            if cache is None:
-                c = self.chunk
-                whole = (len(head) - 1) // c * c
+            c = self.chunk
+            whole = (len(head) - 1) // c * c
+            last = self._states.get(head)
+            if last is None:
                 self._compute([(head[:whole], head[whole:])], keep_state=True)
-                cache = self._states.get(head)
+                last = self._states.get(head)
+            cache = torch.cat([self._past_cache(head[:whole]), last], dim=4) if whole else last
             self._heads.put(head, cache)
         return cache
 
@@ -391,23 +397,31 @@ class ChunkedLM:
         returned = out.get("cache")  # transformers 5; ``past_key_values`` before
         return out.logits, returned if returned is not None else out.past_key_values
 
-    def _chunks(self, requests: list[tuple[Tokens, int, str | None]],
+    def _chunks(self, requests: list[tuple[Tokens, int, int, str | None]],
                 endings: Mapping[str, np.ndarray] | None = None) -> list[dict[int, Any]]:
-        """For each ``(tokens, last, ending)``, what the passes give for each chunk ``k`` up
-        to the one holding position ``last``, after its past: with ``endings``, :class:`Sums`
-        (holding ``ending`` for the last chunk); without, rows (float32 ``[len, vocabulary]``).
-        Found in the cache, else computed, ``batch`` (past, chunk) pairs a pass."""
+        """For each ``(tokens, first, last, ending)``, what the passes give for each chunk
+        ``k`` from the one holding position ``first`` to the one holding ``last``, after its
+        past: with ``endings``, :class:`Sums` (holding ``ending`` for the last chunk);
+        without, rows (float32 ``[len, vocabulary]``).  Found in the cache, else computed,
+        ``batch`` (past, chunk) pairs a pass; the chunks before ``first`` only need their
+        key/value caches, computed where they are not kept (a long line's first chunks are
+        not computed again for each of its words)."""
         c = self.chunk
-        last_chunk = [last // c if last >= 0 else -1 for _, last, _ in requests]
+        spans = [self._span(tokens, first, last) for tokens, first, last, _ in requests]
         answers: list[dict[int, Any]] = [{} for _ in requests]
-        for k in range(max(last_chunk, default=-1) + 1):
+        begin = min((span[0] for span in spans), default=0)
+        for k in range(begin, max((span[2] for span in spans), default=-1) + 1):
             work: dict[Tokens, list[Tokens]] = {}
             asked: dict[str, None] = {}
             kept: dict[tuple[Tokens, Tokens], Any] = {}  # held: the cache may drop them
-            for (tokens, _, ending), last in zip(requests, last_chunk):
-                if last < k:
+            for (tokens, _, _, ending), (start, low, last) in zip(requests, spans):
+                if not start <= k <= last:
                     continue
                 past, content = tokens[:k * c], tokens[k * c:(k + 1) * c]
+                if k < low:     # the past of the chunks asked: only its cache is needed
+                    if self._states.get(past + content) is None:
+                        work.setdefault(past, []).append(content)
+                    continue
                 needs = (ending,) if endings is not None and last == k else ()
                 asked.update(dict.fromkeys(needs))
                 found = self._find(past, content, needs, endings is not None)
@@ -420,12 +434,25 @@ class ChunkedLM:
                      for content in _maximal(contents)]
             computed = self._compute(pairs, endings=None if endings is None else
                                      {name: endings[name] for name in asked})
-            for (tokens, _, _), last, found in zip(requests, last_chunk, answers):
-                if last >= k:
+            for (tokens, _, _, _), (start, low, last), found in zip(requests, spans, answers):
+                if low <= k <= last:
                     past, content = tokens[:k * c], tokens[k * c:(k + 1) * c]
                     record = _covering(computed, past, content)
                     found[k] = record if record is not None else kept[past, content]
         return answers
+
+    def _span(self, tokens: Tokens, first: int, last: int) -> tuple[int, int, int]:
+        """The chunks :meth:`_chunks` goes through for one request: from the first whose
+        past's cache is kept, the first asked (holding position ``first``), the last (holding
+        ``last``; ``-1``: none)."""
+        if last < 0:
+            return 0, 0, -1
+        c = self.chunk
+        low = max(first, 0) // c
+        start = low
+        while start > 0 and self._states.get(tokens[:start * c]) is None:
+            start -= 1
+        return start, low, last // c
 
     def _find(self, past: Tokens, content: Tokens, needs: tuple[str, ...] = (),
               sums: bool = False) -> Any:
@@ -439,16 +466,27 @@ class ChunkedLM:
         return None
 
     def _past_cache(self, past: Tokens) -> torch.Tensor:
-        """The key/value cache of ``past`` (whole chunks, non-empty), kept or recomputed:
-        ``[layers, 2, 1, heads, len(past), dim]``."""
-        state = self._states.get(past)
-        if state is None:  # evicted: recompute the chain of whole chunks (rare)
-            c = self.chunk
-            for k in range(len(past) // c):
-                if self._states.get(past[:(k + 1) * c]) is None:
-                    self._compute([(past[:k * c], past[k * c:(k + 1) * c])])
-            state = self._states.get(past)
-        return state
+        """The key/value cache of ``past`` (whole chunks, non-empty), its chunks' kept
+        caches joined (a chunk's evicted one recomputed, after its own past):
+        ``[layers, 2, 1, heads, len(past), dim]``.  The chunks kept grow to hold every
+        chunk of ``past`` and :attr:`_least_states` more, so that a long sequence's next
+        chunk does not recompute its first ones."""
+        whole = self._pasts.get(past)
+        if whole is not None:
+            return whole
+        c = self.chunk
+        count = len(past) // c
+        self._states.size = max(self._states.size, count + self._least_states)
+        pieces = []
+        for k in range(count):
+            piece = self._states.get(past[:(k + 1) * c])
+            if piece is None:   # evicted (rare): its past's chunks are kept or come first
+                self._compute([(past[:k * c], past[k * c:(k + 1) * c])])
+                piece = self._states.get(past[:(k + 1) * c])
+            pieces.append(piece)
+        whole = torch.cat(pieces, dim=4) if count > 1 else pieces[0]
+        self._pasts.put(past, whole)
+        return whole
 
     @torch.inference_mode()
     def _compute(self, pairs: list[tuple[Tokens, Tokens]], keep_state: bool = False,
@@ -472,14 +510,14 @@ class ChunkedLM:
             else:
                 found = self._sums_of(logits, input_ids, group, endings)
             kept = [len(content) == c or keep_state for _, content in group]
-            whole = self._stack(cache) if any(kept) else None  # [layers, 2, batch, heads, len, dim]
+            # the pass's own positions: [layers, 2, batch, heads, chunk, dim]
+            own = self._stack(cache, last=c) if any(kept) else None
             del cache  # the model's copy of it: not two copies beside the rows' states
             for i, (past, content) in enumerate(group):
                 computed[(past, content)] = found[i]
                 (self._rows if endings is None else self._sums).put((past, content), found[i])
                 if kept[i]:
-                    end = len(past) + len(content)
-                    self._states.put(past + content, whole[:, :, i:i + 1, :, :end].clone())
+                    self._states.put(past + content, own[:, :, i:i + 1, :, :len(content)].clone())
         return computed
 
     def _sums_of(self, logits: torch.Tensor, input_ids: torch.Tensor,

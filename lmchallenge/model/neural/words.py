@@ -39,7 +39,9 @@ bounds the paths expanded per query (then the best words found so far).
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
@@ -63,18 +65,68 @@ class RefusedQuery(ValueError):
     """A query this adapter does not answer (it would have to approximate)."""
 
 
-def pieces(context: str) -> tuple[list[str], str]:
-    """Cut ``context`` into pieces ``gap + word`` (every word token with the text before
-    it) and the trailing gap after the last word.
+def pieces(context: str, start: int = 0) -> tuple[list[str], str]:
+    """Cut ``context`` (from code point ``start``, where a word token ends or the text
+    starts) into pieces ``gap + word`` (every word token with the text before it) and the
+    trailing gap after the last word.
 
     Returns:
-        ``(pieces, gap)``; ``"".join(pieces) + gap == context``.
+        ``(pieces, gap)``; ``"".join(pieces) + gap == context[start:]``.
     """
-    found, end = [], 0
-    for match in word_tokenizer().finditer(context):
+    found, end = [], start
+    for match in word_tokenizer().finditer(context, start):
         found.append(context[end:match.end()])
         end = match.end()
     return found, context[end:]
+
+
+SPLIT_MARGIN = 32
+"""Code points before the end of the last context split: its word tokens that end there or
+later are found again for a context that extends it (text appended may extend or join a
+token near the end: a word, an emoji sequence; none is this long)."""
+
+
+class _LastSplit:
+    """The last context split into pieces, and the tokens of its first pieces, reused for the
+    next context when it extends it (the queries of a line: each context is the one before
+    and a word), so that a line of ``n`` words costs ``O(n)`` splitting and encoding in
+    Python, not ``O(n^2)`` (BENCHMARKS.md, "neural": one 3,000-word line)."""
+
+    def __init__(self, start_id: int) -> None:
+        self.text = ""
+        self.pieces: list[str] = []
+        self.piece_ends: list[int] = []   # per piece, the code point where it ends
+        self.tokens: list[int] = [start_id]   # the start token, then the first pieces' tokens
+        self.token_ends: list[int] = []   # per piece encoded so far, the end of its tokens
+
+    def split(self, text: str) -> tuple[list[str], str]:
+        """:func:`pieces` of ``text`` (those of the last text kept where it extends it,
+        up to :data:`SPLIT_MARGIN` code points before its end)."""
+        keep = 0
+        if text.startswith(self.text):
+            keep = bisect.bisect_right(self.piece_ends, len(self.text) - SPLIT_MARGIN)
+        start = self.piece_ends[keep - 1] if keep else 0
+        found, gap = pieces(text, start)
+        self.text = text
+        self.pieces = self.pieces[:keep] + found
+        self.piece_ends = self.piece_ends[:keep] + list(
+            itertools.accumulate(map(len, found), initial=start))[1:]
+        encoded = min(keep, len(self.token_ends))
+        del self.tokens[(self.token_ends[encoded - 1] if encoded else 1):]
+        del self.token_ends[encoded:]
+        return self.pieces, gap
+
+    def tokens_of(self, context_pieces: Sequence[str], encode: Callable[[str], Tokens]
+                  ) -> Tokens | None:
+        """The start token and the tokens of ``context_pieces`` (each piece ``encode``-d),
+        when they are the first pieces of the last split; else ``None``."""
+        count = len(context_pieces)
+        if count > len(self.pieces) or context_pieces != self.pieces[:count]:
+            return None
+        for piece in self.pieces[len(self.token_ends):count]:
+            self.tokens += encode(piece)
+            self.token_ends.append(len(self.tokens))
+        return tuple(self.tokens[:self.token_ends[count - 1] if count else 1])
 
 
 def logsumexp(values: np.ndarray) -> float:
@@ -119,6 +171,7 @@ class WordScorer:
         self.beyond = 0
         """Words (and completion queries) left out so far for reaching past ``max_tokens``."""
         self.encode = lru_cache(maxsize=65536)(self._encode_checked)
+        self._last = _LastSplit(vocab.start_id)
 
     def _fits(self, head: Tokens, more: int) -> bool:
         """True when ``head`` and ``more`` tokens after it are within ``max_tokens``."""
@@ -142,6 +195,9 @@ class WordScorer:
 
     def context_tokens(self, context_pieces: Sequence[str]) -> Tokens:
         """The start token, then each piece's tokens."""
+        kept = self._last.tokens_of(context_pieces, self.encode)
+        if kept is not None:
+            return kept
         tokens: list[int] = [self.vocab.start_id]
         for piece in context_pieces:
             tokens += self.encode(piece)
@@ -151,7 +207,7 @@ class WordScorer:
     def split(self, context: str) -> tuple[list[str], str]:
         """The pieces of the context (after :attr:`lead`) and its trailing gap (see
         :func:`pieces`)."""
-        return pieces(self.lead + context)
+        return self._last.split(self.lead + context)
 
     @staticmethod
     def continues(context_pieces: list[str], gap: str, candidate: str) -> bool:
