@@ -86,7 +86,8 @@ def run_options(function):
                      help="Train the model per message, clearing it per user (as lmc run)."),
         click.option("--resume", is_flag=True, help="Finish the run in --run-dir."),
         click.option("--retries", type=click.IntRange(0), default=1, show_default=True,
-                     help="Extra attempts of a failed partition."),
+                     help="Extra attempts of a failed partition (and rounds that make again "
+                          "the partitions of a model process that failed later)."),
         click.option("--output", metavar="FILE",
                      help="Also write the whole log here (.jsonl, .jsonl.gz, .parquet)."),
         click.option("-o", "--options", type=JsonOption(), default="{}",

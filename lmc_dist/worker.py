@@ -4,8 +4,8 @@ Each worker thread keeps one model per predictor alive across partitions (models
 seconds to load): started on first use, finished at the end of each run and when the worker
 closes (a :class:`ModelPool` worker plugin, registered with ``Client.register_plugin``), and
 discarded after a failure so the next partition starts a fresh one.  A model process found
-to write more answer lines than it is asked loses every partition it answered
-(:class:`ModelPool`).
+to write more answer lines than it is asked, or that fails before it can be finished, loses
+every partition it answered (:class:`ModelPool`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import os
 import socket
 import threading
 import time
-from dataclasses import asdict, dataclass, field
 from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from distributed import WorkerPlugin, get_worker
@@ -29,6 +29,7 @@ from lmchallenge.games.runner import Game, run_game
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.logs.io import write_log
 from lmchallenge.logs.rundir import TEMPORARY, finished_part
+from lmchallenge.model.shell import ShellModel
 from lmchallenge.model.spec import PredictorSpec, close_model
 from lmchallenge.stats.compute import state_of_log
 
@@ -127,8 +128,9 @@ class ModelPool(WorkerPlugin):
     def using(self, spec: PredictorSpec) -> Iterator[tuple[Any, Callable[[str], None]]]:
         """This thread's model for ``spec`` (started on first use) and a function that
         records a part file it answered, while a task uses it.  On a failure the model is
-        discarded (the next use starts a fresh one); a :class:`ModelError` that finds it out
-        of step also removes the part files it answered before, and is raised saying so.
+        discarded (the next use starts a fresh one); a shell model's :class:`ModelError`
+        that leaves it :func:`unchecked` also removes the part files it answered before,
+        and is raised saying so.
         """
         key = (threading.get_ident(), _spec_key(spec))
         model = self._models.get(key)
@@ -143,7 +145,7 @@ class ModelPool(WorkerPlugin):
             yield model, self._served[key].append
         except ModelError as e:
             served = self._discard(key)
-            if not hasattr(model, "finish") or not unchecked(e):   # a pipe's answers only
+            if not isinstance(model, ShellModel) or not unchecked(e):   # a pipe's answers only
                 raise
             raise drop_served(e, served) from None
         except BaseException:
@@ -198,9 +200,8 @@ def finish_model(model: Any) -> None:
     Raises:
         ModelError: the shell model wrote more than it was asked (``out_of_step``).
     """
-    finish = getattr(model, "finish", None)
-    if finish is not None:
-        finish()
+    if isinstance(model, ShellModel):
+        model.finish()
     else:
         close_model(model)
 
@@ -219,16 +220,17 @@ def unchecked(error: ModelError) -> bool:
 
 
 def drop_served(error: ModelError, served: list[str]) -> ModelError:
-    """Remove the part files ``served`` (paths) that a model found out of step answered, and
-    return ``error`` saying so (the worker's log says it too)."""
+    """Remove the part files ``served`` (paths) that a model process found out of step, or
+    :func:`unchecked`, answered, and return ``error`` saying so (the worker's log says it
+    too)."""
     names = [os.path.basename(path) for path in served]
     for path in served:
         with contextlib.suppress(FileNotFoundError):
             os.remove(path)
     if not names:
         return error
-    LOG.info("model %r wrote more answer lines than it was asked: removed %s, which it "
-             "answered", error.command, ", ".join(names))
+    LOG.info("model %r: %s: removed %s, which it answered", error.command, error.reason,
+             ", ".join(names))
     shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     why = ("so the answers it gave may belong to other requests" if error.out_of_step else
            "so it cannot be checked for answers out of step (more lines than it was asked)")
