@@ -206,17 +206,12 @@ def finish_model(model: Any) -> None:
         close_model(model)
 
 
-STOPPED_FROM_OUTSIDE = ("was killed by signal ", "exited with code 130", "exited with code 143")
-"""How :class:`lmchallenge.model.shell.ShellModel` words the end of a model stopped by a signal
-(also a Python model's exit on SIGINT or SIGTERM through ``lmchallenge.cli``)."""
-
-
 def unchecked(error: ModelError) -> bool:
     """True when the model process that raised ``error`` can no longer be checked for
     answers out of step: it was found out of step, or it failed (hung, exited, answered
-    garbage) before it could be finished, unless it was stopped from outside
-    (:data:`STOPPED_FROM_OUTSIDE`)."""
-    return error.out_of_step or not error.reason.startswith(STOPPED_FROM_OUTSIDE)
+    garbage) before it could be finished, unless it was stopped from outside (a signal:
+    :attr:`ModelError.stopped`)."""
+    return error.out_of_step or not error.stopped
 
 
 def drop_served(error: ModelError, served: list[str]) -> ModelError:

@@ -44,6 +44,8 @@ class ModelError(LmcError):
             (each cut to :data:`SHOWN_REQUEST` characters); empty when only ``query`` was.
         answer_line: the number of the failing answer line in the model's output (from 1),
             if known.
+        stopped: the model process was ended by a signal (or exited with code 130 or 143,
+            as a program does on SIGINT or SIGTERM): stopped from outside, not failed.
     """
 
     SHOWN_REQUEST = 200
@@ -51,7 +53,8 @@ class ModelError(LmcError):
 
     def __init__(self, command: str, reason: str, query: str | None = None,
                  stderr_tail: str | None = "", where: str | None = None,
-                 in_flight: tuple[str, ...] = (), answer_line: int | None = None):
+                 in_flight: tuple[str, ...] = (), answer_line: int | None = None,
+                 stopped: bool = False):
         self.command = command
         self.reason = reason
         self.query = query
@@ -59,11 +62,16 @@ class ModelError(LmcError):
         self.where = where
         self.in_flight = tuple(in_flight)
         self.answer_line = answer_line
+        self.stopped = stopped
         super().__init__(self._format())
 
+    def _fields(self) -> dict:
+        return dict(command=self.command, reason=self.reason, query=self.query,
+                    stderr_tail=self.stderr_tail, where=self.where, in_flight=self.in_flight,
+                    answer_line=self.answer_line, stopped=self.stopped)
+
     def __reduce__(self):  # picklable across processes (Dask workers)
-        return (ModelError, (self.command, self.reason, self.query, self.stderr_tail, self.where,
-                             self.in_flight, self.answer_line))
+        return (_model_error, (self._fields(),))
 
     def _format(self) -> str:
         parts = [f"model {self.command!r}: {self.reason}"]
@@ -93,13 +101,16 @@ class ModelError(LmcError):
 
     def with_reason(self, reason: str) -> "ModelError":
         """A copy of this error with another ``reason``."""
-        return ModelError(self.command, reason, self.query, self.stderr_tail, self.where,
-                          self.in_flight, self.answer_line)
+        return ModelError(**{**self._fields(), "reason": reason})
 
     def with_where(self, where: str) -> "ModelError":
         """A copy of this error that also names the user/message/token being evaluated."""
-        return ModelError(self.command, self.reason, self.query, self.stderr_tail, where,
-                          self.in_flight, self.answer_line)
+        return ModelError(**{**self._fields(), "where": where})
+
+
+def _model_error(fields: dict) -> ModelError:
+    """A :class:`ModelError` from its fields (unpickling)."""
+    return ModelError(**fields)
 
 
 def _shorten(text: str, most: int) -> str:

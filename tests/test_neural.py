@@ -267,7 +267,7 @@ def test_a_long_sequence_keeps_each_chunk_s_cache_once(tiny):
     rows = engine.rows(tokens, list(range(len(tokens))))
     assert engine.forward_passes == 12                    # no chunk computed twice
     assert sum(state.shape[4] for state in engine._states.items.values()) == len(tokens)
-    for kept in (engine._states, engine._pasts, engine._heads, engine._rows):
+    for kept in (engine._states, engine._joined, engine._rows):
         kept.items.clear()
     engine._rows.extending.clear()
     assert (engine.rows(tokens, [len(tokens) - 1])[len(tokens) - 1] == rows[len(tokens) - 1]).all()

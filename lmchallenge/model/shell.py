@@ -34,6 +34,9 @@ REFILL_STEP = 32
 """Requests drawn (and encoded) at once while filling the window."""
 KEPT_QUERY_CHARS = 1024
 """Characters of each request in flight kept to name it in an error (ModelError shows 300)."""
+STOPPED_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM)
+"""Exit codes of a program that ends on SIGINT or SIGTERM by itself (``lmc`` and its model
+commands: 130, 143): the model was stopped from outside, as by the signal."""
 
 
 def shell_command(cmd: str, options: dict[str, Any]) -> str:
@@ -179,7 +182,8 @@ class ShellModel(Model):
         except (ProcessLookupError, PermissionError):
             pass
 
-    def _failure(self, reason: str, in_flight: tuple[str, ...], skip: int = 0) -> ModelError:
+    def _failure(self, reason: str, in_flight: tuple[str, ...], skip: int = 0,
+                 stopped: bool = False) -> ModelError:
         """The error for a model that failed while ``in_flight`` (its unanswered requests,
         oldest first) were sent, the first of them being the request of the failing answer,
         which follows the answer lines read so far and ``skip`` more.  The model is killed
@@ -190,24 +194,28 @@ class ShellModel(Model):
         return ModelError(self.cmd, reason, query=in_flight[0] if in_flight else None,
                           stderr_tail=self._stderr.text(wait=1.0),
                           in_flight=in_flight if len(in_flight) > 1 else (),
-                          answer_line=self._answer_lines + skip + 1)
+                          answer_line=self._answer_lines + skip + 1, stopped=stopped)
 
-    def _output_closed(self) -> str:
-        """Why the model's output ended (or its input closed): its exit code, or, if it
-        still runs half a second later, that it is killed."""
+    def _ended(self, in_flight: tuple[str, ...]) -> ModelError:
+        """The error for a model whose output ended (or input closed): its exit code, or,
+        if it still runs half a second later, that it is killed; ``stopped`` when a signal
+        ended it (or it exited with code 130 or 143, as on SIGINT or SIGTERM)."""
         try:
             code = self._proc.wait(timeout=0.5)
         except subprocess.TimeoutExpired:
-            return "closed its output but kept running (killed)"
+            return self._failure("closed its output but kept running (killed)", in_flight)
+        stopped = code < 0 or code in STOPPED_CODES
         if code < 0:
             try:
                 name = f" ({signal.Signals(-code).name})"
             except ValueError:
                 name = ""
-            return f"was killed by signal {-code}{name}"
-        if code:
-            return f"exited with code {code}"
-        return "exited (code 0) before answering"
+            reason = f"was killed by signal {-code}{name}"
+        elif code:
+            reason = f"exited with code {code}"
+        else:
+            reason = "exited (code 0) before answering"
+        return self._failure(reason, in_flight, stopped=stopped)
 
     def _duplicates(self, result: Result) -> None:
         if not self._warned_duplicates:
@@ -299,14 +307,14 @@ class ShellModel(Model):
                 try:
                     written = os.write(in_fd, outbox[:1 << 16])
                 except BrokenPipeError:
-                    raise self._failure(self._output_closed(), in_flight()) from None
+                    raise self._ended(in_flight()) from None
                 del outbox[:written]
                 if answered == len(sent):
                     deadline = 0.0  # only the writes were awaited, and they moved
             if readable:
                 chunk = os.read(out_fd, 1 << 16)
                 if not chunk:
-                    raise self._failure(self._output_closed(), in_flight())
+                    raise self._ended(in_flight())
                 inbox += chunk
                 complete = inbox.rfind(b"\n", len(inbox) - len(chunk)) + 1
                 if not complete:

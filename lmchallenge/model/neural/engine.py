@@ -208,9 +208,10 @@ class ChunkedLM:
         # is its chunks', so what is kept grows with its length, not with its square
         self._states: _Lru = _Lru(max(keep_states, 8 * batch))
         self._least_states = self._states.size
-        self._pasts: _Lru = _Lru(2)              # past -> its whole cache (the last assembled)
+        # a past (whole chunks) or a head -> its joined cache, [layers, 2, 1, H, len, D]: the
+        # last few (a head of whole chunks is a past, and joins to the same cache)
+        self._joined: _Lru = _Lru(4)
         self.width = width
-        self._heads: _Lru = _Lru(2)              # head -> its cache, [layers, 2, 1, H, len, D]
         self._paths: _Lru = _Lru(keep_paths)     # head + path -> (row, [layers, 2, 1, H, len, D])
         self.forward_passes = 0
         self._shapes: Shapes | None = None     # keys' and values' shapes where they differ
@@ -300,7 +301,7 @@ class ChunkedLM:
     def _head_cache(self, head: Tokens) -> torch.Tensor:
         """The key/value cache of ``head``'s tokens, ``[layers, 2, 1, heads, len, dim]``,
         computed by chunks (the last one padded, its padding's cache dropped)."""
-        cache = self._heads.get(head)
+        cache = self._joined.get(head)
         if cache is None:
             c = self.chunk
             whole = (len(head) - 1) // c * c
@@ -309,7 +310,7 @@ class ChunkedLM:
                 self._compute([(head[:whole], head[whole:])], keep_state=True)
                 last = self._states.get(head)
             cache = torch.cat([self._past_cache(head[:whole]), last], dim=4) if whole else last
-            self._heads.put(head, cache)
+            self._joined.put(head, cache)
         return cache
 
     def _path_cache(self, head: Tokens, path: Tokens,
@@ -471,7 +472,7 @@ class ChunkedLM:
         ``[layers, 2, 1, heads, len(past), dim]``.  The chunks kept grow to hold every
         chunk of ``past`` and :attr:`_least_states` more, so that a long sequence's next
         chunk does not recompute its first ones."""
-        whole = self._pasts.get(past)
+        whole = self._joined.get(past)
         if whole is not None:
             return whole
         c = self.chunk
@@ -485,7 +486,7 @@ class ChunkedLM:
                 piece = self._states.get(past[:(k + 1) * c])
             pieces.append(piece)
         whole = torch.cat(pieces, dim=4) if count > 1 else pieces[0]
-        self._pasts.put(past, whole)
+        self._joined.put(past, whole)
         return whole
 
     @torch.inference_mode()
