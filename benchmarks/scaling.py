@@ -461,15 +461,22 @@ def model_report(game: str, rows: list[Row], partitions: dict[int, list[dict]], 
 def reexec_with_wheels(wheels: Path) -> None:
     """Install ``wheels/*.whl`` into a target directory and run the script that was started
     (``sys.argv[0]``: this one, or one that imports this) again with them and this
-    repository importable and the commands in a ``bin`` beside them."""
-    site = Path(tempfile.mkdtemp(prefix="lmc-site-"))
+    repository importable and the commands in a ``bin`` beside them.  The target directory
+    is ``$LMC_WHEELS_SITE`` where set (installed once, then reused by later scripts:
+    ``benchmarks/device_checks.sh``), else a new temporary one."""
+    site = Path(os.environ.get("LMC_WHEELS_SITE") or tempfile.mkdtemp(prefix="lmc-site-"))
     found = sorted(wheels.glob("*.whl"))
-    if found:
+    if found and not (site / "installed").exists():
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
-                        "--no-compile", "--no-cache-dir", "--target", str(site / "lib"),
-                        *map(str, found)], check=True)
+                        "--no-compile", "--no-cache-dir", "--upgrade", "--target",
+                        str(site / "lib"), *map(str, found)], check=True)
+        # compiled once here, not by the first measured run's workers at once
+        subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", str(site / "lib"),
+                        str(REPO / "lmchallenge"), str(REPO / "lmc_dist")],
+                       stdout=subprocess.DEVNULL, check=False)
+        (site / "installed").write_text("\n".join(w.name for w in found) + "\n")
     bin_dir = site / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(parents=True, exist_ok=True)
     for name, target in (("lmc", "lmchallenge.cli:main"), ("lmc-dist", "lmc_dist.cli:main"),
                          ("lmc-ngram", "lmchallenge.cli.ngram:main"),
                          ("lmc-neural", "lmchallenge.cli.neural:main")):

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The device machine's figures for issues 12 and 13, most needed first, each step under its own
+# time limit, so that a session lent the machine (15 minutes of device time in all, its start
+# included; at most 10 minutes a command) gets them in two calls of the device tool.
+#
+# Before (here, in the repository root; nothing downloads there):
+#   echo /.whl/ >> .git/info/exclude; echo /smol-skeleton/ >> .git/info/exclude
+#   python3 -m pip download --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+#       dask distributed emoji jsonschema regex fsspec
+#   # then delete from .whl what the machine has (click, numpy, pandas, pyarrow, ...: one
+#   # version of each must remain)
+#   lmc-neural skeleton models/SmolLM2-135M-Instruct.Q4_1.gguf smol-skeleton
+# Then the device tool, carrying [".whl", "smol-skeleton"]:
+#   call 1, timeout_s 570: bash benchmarks/device_checks.sh 1   (targets: ~8.5 minutes)
+#   call 2, timeout_s 300: bash benchmarks/device_checks.sh 2   (1M lines, the model's fit)
+# Each step's output is also in $OUT/STEP.log. A step that runs past its limit is stopped
+# (with its whole process group) and the next one starts; its log says how far it got.
+set -u
+stage=${1:?usage: device_checks.sh 1|2}
+out=${OUT:-/tmp/device-checks}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 LMC_WHEELS_SITE=/tmp/lmc-site
+
+step() {    # step NAME LIMIT_SECONDS COMMAND...
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name (at most ${limit} s): $*"
+    local start=$SECONDS
+    timeout -k 10 "$limit" "$@" > >(tee "$out/$name.log") 2>&1
+    echo "== $name: exit $?, $((SECONDS - start)) s"
+}
+
+nproc; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null
+case $stage in
+1)  # issue 13: >= 50,000 we words/s on >= 100k lines, 16 CPU workers feeding the GPU
+    step neural 200 python3 benchmarks/neural_dist.py --wheels .whl --model smol-skeleton \
+        --random-weights --device cuda --lines 100000 --base-lines 2000 --workers 16 \
+        --batch-size 16 --chunk 32
+    # issue 12: wall <= 1.25 x (lmc run's CPU-seconds / 16), we and wc on 100k lines
+    step we16 80 python3 benchmarks/scaling.py --wheels .whl --games we --lines 100000 \
+        --base-lines 20000 --workers 16
+    step wc16 250 python3 benchmarks/scaling.py --wheels .whl --games wc --wc-lines 100000 \
+        --base-lines 4000 --workers 16
+    ;;
+2)  # issue 12: 1M lines of we in <= 60 s; the run-time model's fit (1 worker) and check
+    step we1M 150 python3 benchmarks/scaling.py --wheels .whl --games we --lines 1000000 \
+        --base-lines 20000 --workers 16
+    step fit 120 python3 benchmarks/scaling.py --wheels .whl --games we --lines 30000 \
+        --workers 1,4,16 --task-cost
+    ;;
+*)  echo "stage 1 or 2" >&2; exit 2 ;;
+esac
