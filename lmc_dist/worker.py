@@ -100,8 +100,9 @@ class ModelPool(WorkerPlugin):
     def finish_idle(self, spec: PredictorSpec) -> list[ModelError]:
         """Finish the models of ``spec`` that no task is using (:func:`finish_model`: a
         shell model's input is closed and its output read to the end, so an extra answer
-        line is seen however late it comes); the errors of those found out of step, whose
-        part files are removed.  The next task starts a new model."""
+        line is seen however late it comes); the errors of those found out of step, or failed
+        (an exit code other than 0 included: :func:`unchecked`), whose part files are removed.
+        The next task starts a new model."""
         wanted = _spec_key(spec)
         with self._lock:
             keys = [key for key in self._models if key[1] == wanted and key not in self._busy]
@@ -118,7 +119,7 @@ class ModelPool(WorkerPlugin):
             try:
                 finish_model(model)
             except ModelError as e:
-                if e.out_of_step:
+                if unchecked(e):
                     found.append(drop_served(e, served))
             except Exception:  # noqa: BLE001 - closing at the end: nothing else to do
                 pass
@@ -198,7 +199,8 @@ def finish_model(model: Any) -> None:
     end: :meth:`lmchallenge.model.shell.ShellModel.finish`), else :func:`close_model`.
 
     Raises:
-        ModelError: the shell model wrote more than it was asked (``out_of_step``).
+        ModelError: the shell model wrote more than it was asked (``out_of_step``), or
+            exited with an error.
     """
     if isinstance(model, ShellModel):
         model.finish()
@@ -228,7 +230,7 @@ def drop_served(error: ModelError, served: list[str]) -> ModelError:
              ", ".join(names))
     shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     why = ("so the answers it gave may belong to other requests" if error.out_of_step else
-           "so it cannot be checked for answers out of step (more lines than it was asked)")
+           "and a model process that fails keeps none of its answers")
     return error.with_reason(
         f"{error.reason}; {why}: the partition{'s' if len(names) > 1 else ''} it answered "
         f"before {'are' if len(names) > 1 else 'is'} removed, to be made again ({shown})")

@@ -704,6 +704,39 @@ def test_partitions_of_a_model_out_of_step_are_never_kept(tmp_path, two_workers,
     assert concatenated(run_dir) == b"".join(expected)
 
 
+@pytest.mark.parametrize("retries", [0, 1])
+def test_a_model_that_exits_with_an_error_when_finished_keeps_none_of_its_partitions(
+        tmp_path, retries):
+    """As lmc run fails when its model exits with an error after its last answer, lmc-dist
+    fails the run, with the model's stderr, whatever the retries (each new process fails at
+    its end too); what those processes answered is removed, and --resume with the model
+    mended makes it again."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the lord is\nmy shepherd\nI shall not want\n")
+    flag = tmp_path / "failing"
+    flag.write_text("")
+    model = toy_model_command("--exit-code", "3", "--misbehave-if-exists", str(flag))
+    run_dir = tmp_path / "run"
+    args = ["run", model, "we", "--input", str(corpus), "--run-dir", str(run_dir), "--workers",
+            "1", "--partition-chars", "12", "--retries", str(retries)]
+    result = lmc_dist(args, check=False)
+    err = result.stderr.decode()
+    assert result.returncode == 2, err
+    assert ("exited with code 3 after its last answer; and a model process that fails keeps "
+            "none of its answers: the partitions it answered before are removed, to be made "
+            "again (part-00000.parquet, part-00001.parquet, part-00002.parquet)") in err
+    assert "saving state failed" in err and "Traceback" not in err
+    manifest = json.loads((run_dir / "_manifest.json").read_text())
+    assert [p["state"] for p in manifest["partitions"]] == ["failed"] * 3
+    assert not list((run_dir / "_temporary").glob("part-*"))
+    assert not (run_dir / "_stats.json").exists()
+    flag.unlink()
+    lmc_dist(args + ["--resume"])
+    expected = subprocess.run([str(BIN / "lmc"), "run", model, "we", str(corpus)],
+                              capture_output=True, check=True, timeout=60).stdout
+    assert concatenated(run_dir) == expected
+
+
 COPY_THEN_EXIT = """\
 import os, sys
 flag = sys.argv[1]
@@ -747,7 +780,7 @@ def test_a_model_that_fails_after_going_out_of_step_loses_what_it_answered(tmp_p
         assert result.returncode == 0, err
     else:
         assert result.returncode == 2, err
-        assert "exited with code 3; so it cannot be checked for answers out of step" in err
+        assert "exited with code 3; and a model process that fails keeps none of its answers" in err
         assert "partition 0 (lines 1-1 of" in err and "the partition's file is gone" in err
         manifest = json.loads((run_dir / "_manifest.json").read_text())
         assert [p["state"] for p in manifest["partitions"]] == ["failed", "failed"]

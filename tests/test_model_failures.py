@@ -474,6 +474,18 @@ def test_a_line_written_at_exit_is_an_extra_answer():
     assert "answered more lines than it was asked: ''\nanswer line 3\n" in blank
 
 
+@pytest.mark.parametrize("code", [1, 3])
+def test_a_model_that_exits_with_an_error_after_its_last_answer_fails_the_run(tmp_path, code):
+    # LM Challenge 5.2 fails too (its model's exit status checked); the log is not written
+    out = tmp_path / "log.jsonl"
+    model = toy("--exit-code", str(code))
+    text = failed(lmc("run", "--output", str(out), model, "we", stdin=b"the lord\n"))
+    assert text == (f"lmc: error: model {model!r}: exited with code {code} after its last "
+                    "answer\nmodel stderr (tail):\nsaving state failed\n")
+    assert not out.exists()
+    assert lmc("run", toy(), "we", stdin=b"the lord\n").returncode == 0
+
+
 def test_a_blank_line_at_start_is_found_though_the_last_answer_is_empty(tmp_path):
     # a print() as the model starts: every answer goes to the request after its own, and the
     # last one, left for when the model is finished, is empty (wc's answer after the last word

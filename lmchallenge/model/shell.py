@@ -204,18 +204,8 @@ class ShellModel(Model):
             code = self._proc.wait(timeout=0.5)
         except subprocess.TimeoutExpired:
             return self._failure("closed its output but kept running (killed)", in_flight)
-        stopped = code < 0 or code in STOPPED_CODES
-        if code < 0:
-            try:
-                name = f" ({signal.Signals(-code).name})"
-            except ValueError:
-                name = ""
-            reason = f"was killed by signal {-code}{name}"
-        elif code:
-            reason = f"exited with code {code}"
-        else:
-            reason = "exited (code 0) before answering"
-        return self._failure(reason, in_flight, stopped=stopped)
+        reason = _exit_reason(code) if code else "exited (code 0) before answering"
+        return self._failure(reason, in_flight, stopped=_stopped(code))
 
     def _duplicates(self, result: Result) -> None:
         if not self._warned_duplicates:
@@ -420,7 +410,11 @@ class ShellModel(Model):
         :meth:`close`.
 
         Raises:
-            ModelError: it wrote more (its first extra line is named).
+            ModelError: it wrote more (its first extra line is named), or exited with a code
+                other than 0 or was killed by a signal (not by this method: a model that
+                neither exits nor closes its output within ``timeout`` of its input's end is
+                killed quietly); its stderr's tail is given.  LM Challenge 5.2 too fails an
+                evaluation whose model exits with an error after its last answer.
         """
         if self._closed:
             return
@@ -439,23 +433,49 @@ class ShellModel(Model):
             rest += chunk
         if rest:
             raise self._more_than_asked(_first_line(rest))
-        self.close()
+        if self.close():
+            code = self._proc.returncode
+            if code:
+                raise ModelError(self.cmd, f"{_exit_reason(code)} after its last answer",
+                                 stderr_tail=self._stderr.text(wait=1.0),
+                                 stopped=_stopped(code))
 
-    def close(self) -> None:
-        """Close the model's stdin and wait for it to exit (killed after ``timeout``)."""
+    def close(self) -> bool:
+        """Close the model's stdin and wait for it to exit (killed after ``timeout``);
+        whether it exited (or was killed by a signal) without being killed here."""
         if self._closed:
-            return
+            return False
         self._closed = True
         try:
             self._proc.stdin.close()
         except BrokenPipeError:
             pass
+        ended = True
         try:
             self._proc.wait(timeout=self.timeout)
         except subprocess.TimeoutExpired:
+            ended = False
             self.kill()
             self._proc.wait()
         self._proc.stdout.close()
+        return ended
+
+
+def _stopped(code: int) -> bool:
+    """An exit ``code`` (negative: the signal) of a process stopped from outside: a signal,
+    or the code a program exits with on SIGINT or SIGTERM."""
+    return code < 0 or code in STOPPED_CODES
+
+
+def _exit_reason(code: int) -> str:
+    """How a process that ended with ``code`` (not 0; negative: the signal) ended, in words."""
+    if code > 0:
+        return f"exited with code {code}"
+    try:
+        name = f" ({signal.Signals(-code).name})"
+    except ValueError:
+        name = ""
+    return f"was killed by signal {-code}{name}"
 
 
 def _first_line(data: bytes) -> str:

@@ -16,7 +16,9 @@ its answer; trickle writes its answer one byte every --delay seconds; close-stdo
 standard output and sleeps for an hour; twice writes each answer twice (the copy --delay
 seconds after the answer).
 --at-exit TEXT writes TEXT as a line to standard output when its input ends.
---misbehave-if-exists F: --mode and --at-exit only if F exists when the model starts.
+--exit-code N: when its input ends, write "saving state failed" to stderr and exit with code N.
+--misbehave-if-exists F: --mode, --at-exit and --exit-code only if F exists when the model
+starts.
 --stderr-bytes B writes B bytes of lines to stderr before each answer (any mode), and
 --tally FILE the number of bytes it wrote to stderr to FILE when its input ends.
 """
@@ -44,11 +46,13 @@ def main() -> None:
     parser.add_argument("--stderr-bytes", type=int, default=0)
     parser.add_argument("--tally", default=None)
     parser.add_argument("--at-exit", default=None)
+    parser.add_argument("--exit-code", type=int, default=0)
     parser.add_argument("--misbehave-if-exists", default=None,
-                        help="--mode and --at-exit only if this file exists when it starts")
+                        help="--mode, --at-exit and --exit-code only if this file exists when "
+                             "it starts")
     args = parser.parse_args()
     if args.misbehave_if_exists and not os.path.exists(args.misbehave_if_exists):
-        args.mode, args.at_exit = "normal", None
+        args.mode, args.at_exit, args.exit_code = "normal", None, 0
     counted = open(f"{args.count_file}.{os.getpid()}", "a", encoding="utf-8") if args.count_file else None
     trained: set[str] = set()
     answered = 0
@@ -140,6 +144,9 @@ def main() -> None:
     if args.tally:
         with open(args.tally, "w") as f:
             f.write(str(written))
+    if args.exit_code:
+        sys.stderr.write("saving state failed\n")
+        sys.exit(args.exit_code)
 
 
 if __name__ == "__main__":
