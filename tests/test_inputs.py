@@ -515,3 +515,61 @@ def test_lmc_dist_output_that_cannot_be_written_is_refused_before_the_run(tmp_pa
                      "--output", str(tmp_path / "adir.txt")),
                  f"{tmp_path / 'adir.txt'}: cannot write: Is a directory", prog="lmc-dist")
     assert not (tmp_path / "rd").exists()
+
+
+def _commands(command, path=()):
+    """Every (path, click command) under ``command``, groups included."""
+    import click
+
+    yield path, command
+    if isinstance(command, click.Group):
+        ctx = click.Context(command)
+        for name in command.list_commands(ctx):
+            yield from _commands(command.get_command(ctx, name), path + (name,))
+
+
+def test_every_number_option_refuses_nan_and_the_infinities():
+    # click.FloatRange lets "nan" through (every comparison with NaN is false), and a float
+    # option lets anything through: each ran a whole job, then failed in a traceback
+    import click
+
+    from lmc_dist.cli import cli as dist_cli
+    from lmchallenge.cli import cli as lmc_cli
+    from lmchallenge.cli.neural import cli as neural_cli
+    from lmchallenge.cli.ngram import cli as ngram_cli
+    from lmchallenge.cli.options import FiniteFloatRange
+
+    loose, checked = [], 0
+    for root, name in ((lmc_cli, "lmc"), (dist_cli, "lmc-dist"), (ngram_cli, "lmc-ngram"),
+                       (neural_cli, "lmc-neural")):
+        for path, command in _commands(root):
+            for param in command.params:
+                if isinstance(param.type, (click.types.FloatParamType, click.FloatRange)):
+                    checked += 1
+                    if not isinstance(param.type, FiniteFloatRange):
+                        loose.append(" ".join((name, *path, param.opts[0])))
+    assert not loose
+    assert checked >= 8
+
+
+@pytest.mark.parametrize("argv", [
+    ["lmc-dist", "run", "MODEL", "we", "--input", "CORPUS", "--run-dir", "RUN",
+     "--confidence", "nan"],
+    ["lmc", "stats", "LOG", "--confidence", "nan"],
+    ["lmc", "compare", "LOG", "LOG", "--confidence", "nan"],
+    ["lmc-ngram", "serve", "kjv.lm", "--cache-weight", "nan"],
+])
+def test_nan_is_refused_before_any_work(tmp_path, argv):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the lord\n")
+    log = tmp_path / "log.jsonl"
+    subprocess.run([str(BIN / "lmc"), "run", toy_model_command(), "we", str(corpus), "--output",
+                    str(log)], check=True, timeout=60)
+    (tmp_path / "kjv.lm").write_text("")
+    names = {"MODEL": toy_model_command(), "CORPUS": str(corpus), "RUN": str(tmp_path / "run"),
+             "LOG": str(log)}
+    result = subprocess.run([str(BIN / argv[0]), *(names.get(a, a) for a in argv[1:])],
+                            capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "nan is not a finite number" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists()

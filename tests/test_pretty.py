@@ -150,9 +150,11 @@ def test_cli_ansi_keeps_escapes_when_piped():
 
 def test_cli_rejects_non_positive_interval():
     from lmchallenge.cli import cli
-    result = CliRunner().invoke(cli, ["pretty", "-i", "0", str(DATA / "kjv.o2.we.jsonl")])
-    assert result.exit_code == 2
-    assert "must be positive" in result.output
+    for value, why in (("0", "0.0 is not in the range x>0"), ("inf", "inf is not a finite number"),
+                       ("nan", "nan is not a finite number")):
+        result = CliRunner().invoke(cli, ["pretty", "-i", value, str(DATA / "kjv.o2.we.jsonl")])
+        assert result.exit_code == 2
+        assert why in result.output
 
 
 # --- ANSI against the reference -------------------------------------------------------

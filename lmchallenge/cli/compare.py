@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from lmchallenge.cli.options import partial_option
+from lmchallenge.cli.options import FiniteFloatRange, partial_option
 from lmchallenge.cli.uncertainty import DEFAULT_RESAMPLES, DEFAULT_SEED, METHODS
 
 
@@ -15,7 +15,7 @@ from lmchallenge.cli.uncertainty import DEFAULT_RESAMPLES, DEFAULT_SEED, METHODS
 @click.argument("log", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=True, allow_dash=False))
 @click.option("-o", "--output", type=click.Choice(["text", "markdown", "csv", "json", "html"]), default="text",
               show_default=True, help="Output format (json: one object per line per LOG).")
-@click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
+@click.option("--confidence", type=FiniteFloatRange(0, 1, min_open=True, max_open=True), default=0.95,
               show_default=True, help="Level of the bootstrap intervals.")
 @click.option("--resamples", type=click.IntRange(1), default=DEFAULT_RESAMPLES, show_default=True,
               help="Bootstrap resamples (randomisation trials with --paired-ar).")

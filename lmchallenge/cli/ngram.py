@@ -14,7 +14,7 @@ import time
 
 import click
 
-from lmchallenge.cli.options import run_command
+from lmchallenge.cli.options import FiniteFloatRange, run_command
 from lmchallenge.model import ngram
 from lmchallenge.model.serve import serve as serve_model
 
@@ -68,9 +68,9 @@ def train(corpus: str, output: str, order: int | None, chars: bool, min_count: i
 @click.option("--top", type=click.IntRange(min=0), default=20, show_default=True,
               help="Predictions returned when no candidates are given (the wc game "
                    "counts hits up to rank 20).")
-@click.option("--cache-weight", type=click.FloatRange(0, 1), default=0.05, show_default=True,
+@click.option("--cache-weight", type=FiniteFloatRange(0, 1), default=0.05, show_default=True,
               help="Largest weight of the per-user cache that train adapts (0: no cache).")
-@click.option("--cache-halfway", type=click.FloatRange(min=0, min_open=True), default=50.0,
+@click.option("--cache-halfway", type=FiniteFloatRange(min=0, min_open=True), default=50.0,
               show_default=True,
               help="Cached units at which the cache has half its largest weight.")
 def serve(model: str, top: int, cache_weight: float, cache_halfway: float) -> None:

@@ -89,13 +89,6 @@ def _float_format(ctx: click.Context, param: click.Parameter, value: str) -> str
     return value
 
 
-def positive(ctx: click.Context, param: click.Parameter, value: float) -> float:
-    """A click callback accepting only numbers > 0."""
-    if not value > 0:
-        raise click.BadParameter("must be positive")
-    return value
-
-
 def page_options(shown_as: str, interval_help: str) -> Callable[[Callable], Callable]:
     """The options of the commands that show logs token by token (``lmc pretty``, ``lmc
     diff``): ``-v``, ``-c/--challenge``, ``-o ansi|html``, ``-i/--entropy-interval`` and
@@ -117,7 +110,8 @@ def page_options(shown_as: str, interval_help: str) -> Callable[[Callable], Call
                      show_default=True,
                      help="ANSI colour text, or one self-contained HTML page (works offline)."),
         click.option("-i", "--entropy_interval", "--entropy-interval", "entropy_interval",
-                     default=10.0, show_default=True, callback=positive, help=interval_help),
+                     type=FiniteFloatRange(0, min_open=True), default=10.0, show_default=True,
+                     help=interval_help),
         click.option("-m", "--float-format", default=".4g", show_default=True,
                      callback=_float_format,
                      help="Python format of the numbers shown on the HTML page."),
@@ -251,4 +245,4 @@ def _quiet_stdout() -> None:
         os.close(devnull)
 
 
-__all__ = ["set_verbosity", "JsonOption", "positive", "page_options", "partial_option", "single_log", "run_command"]
+__all__ = ["set_verbosity", "JsonOption", "FiniteFloatRange", "page_options", "partial_option", "single_log", "run_command"]

@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from lmchallenge.cli.options import FiniteFloatRange
 from lmchallenge.stats.bootstrap import METHODS, Settings
 
 DEFAULT_RESAMPLES = Settings.resamples
@@ -30,7 +31,7 @@ def bootstrap_options(function: Callable | None = None, seed: str = "--seed") ->
     if function is None:
         return lambda f: bootstrap_options(f, seed)
     options = [
-        click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+        click.option("--confidence", type=FiniteFloatRange(0, 1, min_open=True, max_open=True),
                      default=None, metavar="C",
                      help="Add bootstrap intervals at this level (e.g. 0.95) under \"ci\", "
                           "resampling users (messages of logs without users)."),
