@@ -21,6 +21,7 @@ from lmchallenge.cli.options import (FiniteFloatRange, JsonOption, model_options
 from lmchallenge.cli.uncertainty import bootstrap_options, settings_of, wanted
 
 from lmc_dist import reduce
+from lmc_dist.connection import checked_address
 from lmc_dist.job import DEFAULT_PARTITION_CHARS, DistJob, execute
 from lmc_dist.resources import parse_resources
 
@@ -35,6 +36,18 @@ class ResourcesParam(click.ParamType):
             return value
         try:
             return parse_resources(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+class SchedulerParam(click.ParamType):
+    """``--scheduler``: a Dask scheduler's address (:func:`lmc_dist.connection.checked_address`)."""
+
+    name = "ADDR"
+
+    def convert(self, value, param, ctx):
+        try:
+            return checked_address(value)
         except ValueError as e:
             self.fail(str(e), param, ctx)
 
@@ -70,7 +83,7 @@ def run_options(function):
                           " or detected from the first non-blank line."),
         click.option("--corpus-format", "old_corpus_format", type=click.Choice(FORMATS),
                      hidden=True, help="Deprecated spelling of --format."),
-        click.option("--scheduler", metavar="ADDR",
+        click.option("--scheduler", type=SchedulerParam(), metavar="ADDR",
                      help="Dask scheduler address (tcp://HOST:8786); default: an embedded cluster."),
         click.option("--workers", type=click.IntRange(1), metavar="N",
                      help="Worker processes of the embedded cluster (default: one per core)."),

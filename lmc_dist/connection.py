@@ -16,6 +16,31 @@ from typing import Any
 from distributed import Client, Future
 
 
+ADDRESS_SCHEMES = ("tcp", "tls", "ws", "wss")
+"""The schemes of a scheduler's address that ``--scheduler`` takes (each ``HOST:PORT``)."""
+
+
+def checked_address(address: str) -> str:
+    """``address`` if it can be a Dask scheduler's (``[SCHEME://]HOST:PORT``, ``tcp`` when no
+    scheme is given, as ``distributed`` reads it), checked without connecting or resolving
+    the host.
+
+    Raises:
+        ValueError: it cannot, saying why, with an example of one that can.
+    """
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        scheme, location = parse_address(address)
+        if scheme not in ADDRESS_SCHEMES:
+            raise ValueError(f"unknown scheme {scheme!r}; one of {', '.join(ADDRESS_SCHEMES)}")
+        parse_host_port(location)
+    except ValueError as e:
+        raise ValueError(f"{address!r} is not a Dask scheduler address, SCHEME://HOST:PORT such "
+                         f"as tcp://127.0.0.1:8786 ({e})") from None
+    return address
+
+
 def require_scheduler(client: Client) -> None:
     """Return if ``client`` is connected to its scheduler.
 

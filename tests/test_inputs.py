@@ -361,6 +361,23 @@ def test_a_wait_for_the_scheduler_is_said(tmp_path):
     assert error.startswith(f"lmc-dist: error: cannot reach the Dask scheduler at {address} (")
 
 
+@pytest.mark.parametrize("address, why", [
+    ("notanaddress", "missing port number in address 'notanaddress'"),
+    ("tcp://localhost", "missing port number in address 'localhost'"),
+    ("tcp://localhost:abc", "invalid literal for int() with base 10: 'abc'"),
+    ("foo://bar:1", "unknown scheme 'foo'; one of tcp, tls, ws, wss"),
+])
+def test_a_malformed_scheduler_address_is_refused_before_any_work(tmp_path, address, why):
+    corpus = write_rows(tmp_path / "c.jsonl", [{"text": "a b"}])
+    result = run(LMC_DIST, "run", toy_model_command(), "we", "--input", str(corpus), "--run-dir",
+                 str(tmp_path / "run"), "--scheduler", address)
+    assert result.returncode == 2
+    assert result.stderr.decode().endswith(
+        f"Error: Invalid value for '--scheduler': {address!r} is not a Dask scheduler address, "
+        f"SCHEME://HOST:PORT such as tcp://127.0.0.1:8786 ({why})\n")
+    assert not (tmp_path / "run").exists()
+
+
 def test_wr_fit_below_the_base_warns_and_reports_a_fit_at_least_base(tmp_path):
     silent = model_script(tmp_path, "silent", "")
     corpus = tmp_path / "c.txt"
