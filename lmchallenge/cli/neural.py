@@ -27,6 +27,8 @@ import click
 from lmchallenge import tuning
 from lmchallenge.corpus import whole_line_blocks
 from lmchallenge.cli.options import run_command
+from lmchallenge.errors import LmcError
+from lmchallenge.model.neural import install_hint, missing_modules
 from lmchallenge.model.spec import started
 from lmchallenge.model.wire import format_answer, parse_request
 
@@ -98,6 +100,9 @@ def _groups(queries: list, most: int, candidates: int = BATCH_CANDIDATES) -> lis
 def cli() -> None:
     """Causal transformer language models (Hugging Face directories or GGUF files) for LM
     Challenge: whole-word probabilities and completions from subword tokens."""
+    missing = missing_modules()
+    if missing:
+        raise LmcError(install_hint(missing))
 
 
 @cli.command()

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lmchallenge.errors import ModelError
+from lmchallenge.model.neural import NEEDED as NEURAL_NEEDED, install_hint
 from lmchallenge.model.session import InProcessModel
 from lmchallenge.model.shell import ShellModel, shell_command
 
@@ -44,7 +45,9 @@ def load_python_object(spec: str) -> Callable[..., Any]:
         for attr in match.group(2).split("."):
             obj = getattr(obj, attr)
     except (ImportError, AttributeError) as e:
-        raise ModelError(spec, f"cannot load: {e}", stderr_tail=None) from None
+        missing = [getattr(e, "name", None)] if isinstance(e, ModuleNotFoundError) else []
+        hint = f" ({install_hint(missing)})" if missing and missing[0] in NEURAL_NEEDED else ""
+        raise ModelError(spec, f"cannot load: {e}{hint}", stderr_tail=None) from None
     except Exception as e:  # the module's own code failed
         raise ModelError(spec, f"importing {match.group(1)!r} raised {type(e).__name__}: {e}",
                          stderr_tail=None) from e

@@ -11,3 +11,34 @@
 
 Importing this package imports neither torch nor transformers; its modules do.
 """
+
+from __future__ import annotations
+
+import importlib.util
+
+NEEDED = ("torch", "transformers")
+"""The modules of the ``neural`` extra without which no neural model loads (``gguf`` is
+needed for ``.gguf`` files only)."""
+
+INSTALL = "pip install 'lmchallenge-dist[neural]'"
+"""How to install the ``neural`` extra (from a checkout: ``pip install '.[neural]'``)."""
+
+
+def missing_modules() -> list[str]:
+    """The modules of :data:`NEEDED` that cannot be imported here (none when the extra is
+    installed), found without importing them."""
+    missing = []
+    for name in NEEDED:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # ValueError: sys.modules[name] is None
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def install_hint(missing: list[str]) -> str:
+    """What to say when the modules ``missing`` keep a neural model from loading."""
+    return (f"the neural extra is not installed (no module {', '.join(map(repr, missing))}): "
+            f"{INSTALL}")
