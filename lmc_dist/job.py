@@ -310,7 +310,7 @@ def execute(job: DistJob) -> RunReport:
     """
     started = time.monotonic()
     if job.output:
-        check_writable(job.output)      # before any work is done for it
+        check_writable(job.output, (job.input, job.game.options.get("vocab")))  # before any work
     if job.resume and not os.path.exists(job.run_dir) and "://" not in job.run_dir:
         raise LmcError(f"{job.run_dir}: no such run dir to resume (without --resume, lmc-dist "
                        "run starts a run there)")

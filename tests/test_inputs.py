@@ -613,3 +613,25 @@ def test_lmc_neural_without_the_neural_extra_says_how_to_install_it(tmp_path, ar
         "lmc: error: model 'lmchallenge.model.neural.adapter:CausalLM': cannot load: ")
     assert ("(the neural extra is not installed (no module 'torch'): pip install "
             "'lmchallenge-dist[neural]')\n") in loaded.stderr.decode()
+
+
+@pytest.mark.parametrize("program", ["lmc", "lmc-dist"])
+def test_an_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path, program):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the lord\n")
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("the\nlord\n")
+    link = tmp_path / "link.txt"          # the same file by another name
+    link.symlink_to(corpus)
+    for output, source, game in ((corpus, corpus, ["we"]), (link, corpus, ["we"]),
+                                 (vocab, vocab, ["wr", str(vocab)])):
+        if program == "lmc":
+            argv = [LMC, "run", toy_model_command(), *game, str(corpus), "--output", str(output)]
+        else:
+            argv = [LMC_DIST, "run", toy_model_command(), *game, "--input", str(corpus),
+                    "--run-dir", str(tmp_path / "run"), "--workers", "1", "--output", str(output)]
+        result = run(*argv)
+        assert_error(result, f"{output}: cannot write: it is the input "
+                             f"{source}, which the output would replace", prog=program)
+    assert corpus.read_text() == "the lord\n" and vocab.read_text() == "the\nlord\n"
+    assert not (tmp_path / "run").exists()

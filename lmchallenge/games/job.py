@@ -71,7 +71,7 @@ def execute(job: RunJob) -> int:
             is written).
         ModelError: the model failed (a file output is not created).
     """
-    check_writable(job.output)
+    check_writable(job.output, (job.corpus, job.game.options.get("vocab")))
     total, messages = validated_messages(job.corpus, job.corpus_format)
     game = job.game.build()
     progress = TokenProgress(total)

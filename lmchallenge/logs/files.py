@@ -19,7 +19,7 @@ import io
 import os
 import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Literal
 
@@ -105,15 +105,21 @@ def read_errors(path: str) -> Iterator[None]:
         raise InputError(path, None, f"cannot read: {e}") from None
 
 
-def check_writable(path: str) -> None:
+def check_writable(path: str, inputs: Iterable[str | None] = ()) -> None:
     """Check that a file can be created at ``path`` (its folder made if missing), before any
-    work is done for it; nothing is left behind.
+    work is done for it, and that it is none of the files ``inputs`` (paths; ``-``, None
+    and URLs are passed over) that the work reads: the output would replace it; nothing is
+    left behind.
 
     Raises:
         InputError: naming ``path`` and why it cannot be written.
     """
     if path == "-" or is_special_file(path):
         return
+    for source in inputs:
+        if source and source != "-" and _same_file(source, path):
+            raise InputError(path, None, f"cannot write: it is the input {source}, which the "
+                                         "output would replace")
     path = os.path.realpath(path)
     directory = os.path.dirname(path)
     probe = os.path.join(directory, f".{os.path.basename(path)}.probe-{os.getpid()}")
@@ -151,3 +157,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _same_file(one: str, other: str) -> bool:
+    """Whether the paths ``one`` and ``other`` are one existing file."""
+    try:
+        return os.path.samefile(one, other)
+    except (OSError, ValueError):
+        return False
