@@ -94,6 +94,12 @@ def test_pretty_names_a_malformed_datum_and_a_bad_float_format(tmp_path):
     result = lmc_run("pretty", "-o", "html", "-m", "d", str(LOGS / "kjv.o2.we.jsonl"))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "Invalid value for '-m' / '--float-format': 'd' is not a format of a float" in result.stderr
+    # an ANSI page shows no such numbers: any -m goes, as in LM Challenge 5.2 (old scripts)
+    for command, logs in (("pretty", [LOGS / "kjv.o2.we.jsonl"]),
+                          ("diff", [LOGS / "kjv.o1.we.jsonl", LOGS / "kjv.o2.we.jsonl"])):
+        plain = lmc_run(command, *map(str, logs))
+        given = lmc_run(command, "-m", "%.2f", *map(str, logs))
+        assert given.returncode == 0 and given.stdout == plain.stdout != ""
 
 
 @pytest.mark.parametrize("user, validate_says, stats_says", [

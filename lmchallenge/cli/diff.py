@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from lmchallenge.analysis.diff import ansi, html
-from lmchallenge.cli.options import page_options, partial_option
+from lmchallenge.cli.options import html_float_format, page_options, partial_option
 
 
 @click.command("diff")
@@ -19,7 +19,7 @@ def cli(baseline: str, log: str, verbose: int, challenge: str, output: str,
     """Compare LOG with BASELINE, two logs of the same text (any log form), token by token."""
     if output == "html":
         click.echo(html(baseline, log, entropy_interval=entropy_interval,
-                        float_format=float_format, challenge=challenge))
+                        float_format=html_float_format(float_format), challenge=challenge))
     else:
         for line in ansi(baseline, log, entropy_interval=entropy_interval, challenge=challenge):
             click.echo(line, color=True)

@@ -80,12 +80,19 @@ def model_options(value: Any) -> dict[str, Any]:
     return value
 
 
-def _float_format(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    """A click callback accepting only a format spec that formats a float (``.4g``)."""
+def html_float_format(value: str) -> str:
+    """``-m/--float-format`` of an HTML page: ``value`` if it is a format spec of a float
+    (``.4g``).  An ANSI page shows no such numbers and takes any value, as LM Challenge 5.2
+    does.
+
+    Raises:
+        click.BadParameter: it is not.
+    """
     try:
         format(-1.5, value)
     except (ValueError, TypeError) as e:
-        raise click.BadParameter(f"{value!r} is not a format of a float ({e})") from None
+        raise click.BadParameter(f"{value!r} is not a format of a float ({e})",
+                                 param_hint="'-m' / '--float-format'") from None
     return value
 
 
@@ -113,7 +120,6 @@ def page_options(shown_as: str, interval_help: str) -> Callable[[Callable], Call
                      type=FiniteFloatRange(0, min_open=True), default=10.0, show_default=True,
                      help=interval_help),
         click.option("-m", "--float-format", default=".4g", show_default=True,
-                     callback=_float_format,
                      help="Python format of the numbers shown on the HTML page."),
     ]
 
@@ -245,4 +251,4 @@ def _quiet_stdout() -> None:
         os.close(devnull)
 
 
-__all__ = ["set_verbosity", "JsonOption", "FiniteFloatRange", "page_options", "partial_option", "single_log", "run_command"]
+__all__ = ["set_verbosity", "JsonOption", "FiniteFloatRange", "html_float_format", "page_options", "partial_option", "single_log", "run_command"]

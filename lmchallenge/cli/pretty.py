@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from lmchallenge.analysis.pretty import ansi, html
-from lmchallenge.cli.options import page_options, partial_option, single_log
+from lmchallenge.cli.options import html_float_format, page_options, partial_option, single_log
 
 
 @click.command("pretty")
@@ -19,7 +19,7 @@ def cli(log: tuple[str, ...], verbose: int, challenge: str, output: str,
     token, coloured by how well the model did."""
     path = single_log(log)
     if output == "html":
-        click.echo(html(path, entropy_interval=entropy_interval, float_format=float_format,
+        click.echo(html(path, entropy_interval=entropy_interval, float_format=html_float_format(float_format),
                         challenge=challenge))
     else:
         for line in ansi(path, entropy_interval=entropy_interval, challenge=challenge):
