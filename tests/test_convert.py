@@ -97,6 +97,21 @@ def test_cli_missing_input_and_missing_output_option(tmp_path):
     assert "Missing option '-o'" in proc.stderr
 
 
+def test_an_output_that_cannot_be_written_is_named_before_any_work(tmp_path):
+    # it named the hidden temporary file it would have written (".out.tmp-PID: Is a directory")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "file").write_text("")
+    for output, why in ((tmp_path / "out", "Is a directory"),
+                        (tmp_path / "file" / "log.parquet", "a parent is not a directory")):
+        proc = subprocess.run([sys.executable, "-m", "lmchallenge.cli", "convert",
+                               str(DATA / "mixed.we.jsonl"), "-o", str(output)],
+                              capture_output=True, text=True)
+        assert proc.returncode == 2
+        assert proc.stderr == f"lmc: error: {output}: cannot write: {why}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "out"]
+    assert not list((tmp_path / "out").iterdir())
+
+
 def test_invalid_json_names_file_and_line(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"target": "a"}) + "\n{oops\n")

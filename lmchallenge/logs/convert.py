@@ -19,7 +19,8 @@ import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 
-from lmchallenge.logs.files import atomic_path, is_gzip_name, is_parquet_name, run_dir_parts
+from lmchallenge.logs.files import (atomic_path, check_writable, is_gzip_name, is_parquet_name,
+                                   run_dir_parts)
 
 from lmchallenge.logs.io import read_log, write_log
 from lmchallenge.logs.schema import Datum, detect_game
@@ -43,8 +44,10 @@ def convert(source: str, destination: str, game: str | None = None) -> int:
     Returns:
         The number of datums written.
     Raises:
-        lmchallenge.errors.InputError: the source is missing or not a readable log.
+        lmchallenge.errors.InputError: the source is missing or not a readable log, or the
+            destination cannot be written (before anything is read).
     """
+    check_writable(destination)
     if destination != "-" and source != "-" and os.path.isdir(source):
         parts = [str(p) for p in run_dir_parts(source)]
         if all(joins_as_is(part, destination) for part in parts):   # no datum to read
