@@ -31,7 +31,6 @@ import gzip
 import hashlib
 import io
 import os
-import shutil
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -194,12 +193,22 @@ def _decompress(path: str, plain_copy: str) -> None:
     try:
         with fsspec.open(path, "rb") as raw, gzip.GzipFile(fileobj=raw) as source, \
                 open(tmp, "wb") as target:
-            shutil.copyfileobj(source, target, 1 << 20)
+            # read1: each call's bytes are written before the next one can fail, so a
+            # damaged file's error can name the line it broke off in
+            while chunk := source.read1(1 << 13):
+                target.write(chunk)
     except READ_ERRORS as e:
+        line = _lines_in(tmp) + 1 if os.path.exists(tmp) else None   # where it broke off
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        raise InputError(path, None, f"cannot read: {e}") from None
+        raise InputError(path, line, f"cannot read: {e}") from None
     os.replace(tmp, plain_copy)
+
+
+def _lines_in(path: str) -> int:
+    """The line endings in the file ``path``."""
+    with open(path, "rb") as f:
+        return sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
 
 
 def _lines(path: str, fmt: str, name: str) -> Iterator[_Line]:

@@ -264,7 +264,8 @@ def test_unreadable_inputs(tmp_path: Path) -> None:
         columnar_jsonl.state_of_jsonl(str(not_gzip))
     latin1 = tmp_path / "latin1.jsonl"
     latin1.write_bytes(WC.read_bytes() + '{"target": "caf\u00e9"}\n'.encode("latin-1"))
-    with pytest.raises(InputError, match="not UTF-8"):
+    lines = WC.read_bytes().count(b"\n") + 1
+    with pytest.raises(InputError, match=f"^{latin1}:{lines}: not valid UTF-8 \\(byte 15 of"):
         columnar_jsonl.state_of_jsonl(str(latin1))
 
 

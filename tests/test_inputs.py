@@ -75,16 +75,20 @@ def test_lone_surrogate_under_lmc_dist(tmp_path):
                  prog="lmc-dist")
 
 
-def corrupt_gzip(path: Path) -> Path:
-    """A gzip file whose deflate stream is damaged in the middle (zlib.error when read)."""
+def corrupt_gzip(path: Path, log: bool = False) -> Path:
+    """A gzip file whose deflate stream is damaged in the middle (zlib.error when read): 5,000
+    lines of text, or with ``log`` of a ``we`` log."""
     rng = random.Random(0)
-    text = "".join(f"line {i} " + " ".join(rng.choice(["alpha", "beta", "gamma"]) for _ in range(12))
-                   + "\n" for i in range(5000)).encode()
-    data = gzip.compress(text)
+    lines = [f"line {i} " + " ".join(rng.choice(["alpha", "beta", "gamma"]) for _ in range(12))
+             for i in range(5000)]
+    if log:
+        lines = [json.dumps({"user": None, "message": i, "token": 0, "character": 0,
+                             "target": line, "logp": -1.5}) for i, line in enumerate(lines)]
+    data = gzip.compress("".join(line + "\n" for line in lines).encode())
     for seed in range(1000):
         damaged = bytearray(data)
         rng = random.Random(seed)
-        for i in range(len(damaged) // 2, len(damaged) // 2 + 4):
+        for i in range(len(damaged) // 2, len(damaged) // 2 + (4 if seed < 500 else 256)):
             damaged[i] = rng.randrange(256)
         try:
             gzip.decompress(bytes(damaged))
@@ -105,10 +109,45 @@ def test_gzip_corrupt_in_the_middle(tmp_path):
     line = int(message[len(f"lmc: error: {corpus}:"):].split(":")[0])
     assert 100 < line < 5000   # where reading failed, in the middle
     assert "cannot read: Error -3 while decompressing data" in message
-    log = corrupt_gzip(tmp_path / "c.jsonl.gz")
-    result = run(LMC, "stats", str(log))
-    assert result.returncode == 2 and "Traceback" not in result.stderr.decode()
-    assert result.stderr.decode().startswith(f"lmc: error: {log}: cannot read: Error -3")
+    dist = run(LMC_DIST, "run", toy_model_command(), "we", "--input", str(corpus), "--run-dir",
+               str(tmp_path / "run"), "--workers", "1")
+    assert_error(dist, message[len("lmc: error: "):-1], prog="lmc-dist")   # the same line
+    log = corrupt_gzip(tmp_path / "c.jsonl.gz", log=True)
+    said = set()
+    for command in ("stats", "pretty", "validate", "convert"):
+        result = run(LMC, command, str(log), *(["-o", "-"] if command == "convert" else []))
+        assert result.returncode == 2 and "Traceback" not in result.stderr.decode()
+        said.add(result.stderr.decode().split("\n")[-2])
+    (error,) = said     # each reader names the same line
+    assert error.startswith(f"lmc: error: {log}:") and ": cannot read: Error -3" in error
+    assert 100 < int(error[len(f"lmc: error: {log}:"):].split(":")[0]) < 5000
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not UTF-8"])
+def test_a_damaged_log_is_named_with_the_line_it_breaks_off_in(tmp_path, damage):
+    lines = [json.dumps({"user": None, "message": i, "token": 0, "character": 0,
+                         "target": f"word{i}", "logp": -1.5}) + "\n" for i in range(20000)]
+    log = tmp_path / ("log.jsonl.gz" if damage == "truncated" else "log.jsonl")
+    if damage == "truncated":
+        data = gzip.compress("".join(lines).encode())
+        log.write_bytes(data[:len(data) // 2])
+        whole = b""
+        with gzip.open(log, "rb") as f:
+            try:
+                while chunk := f.read1(1 << 16):
+                    whole += chunk
+            except EOFError:
+                pass
+        line = whole.count(b"\n") + 1
+        why = "cannot read: Compressed file ended before the end-of-stream marker was reached"
+    else:
+        line = 12345
+        lines[line - 1] = lines[line - 1].replace("word", "w\udcff", 1)
+        log.write_bytes("".join(lines).encode("utf-8", "surrogateescape"))
+        byte = lines[line - 1].encode("utf-8", "surrogateescape").index(b"\xff")
+        why = f"not valid UTF-8 (byte {byte} of the line)"
+    for command in ("stats", "pretty", "validate"):
+        assert_error(run(LMC, command, str(log)), f"{log}:{line}: {why}")
 
 
 def test_unwritable_output_before_the_model_starts(tmp_path):

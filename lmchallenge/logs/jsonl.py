@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import IO
 
 from lmchallenge.errors import InputError, LmcError, json_problem
-from lmchallenge.logs.files import atomic_path, is_gzip_name, open_text, read_errors
+from lmchallenge.corpus import decode_lines, open_binary
+from lmchallenge.logs.files import atomic_path, is_gzip_name, read_errors
 from lmchallenge.logs.schema import Datum
 
 
@@ -26,7 +27,12 @@ def parse_jsonlines(lines: Iterable[str], path: str, first_line: int = 1) -> Ite
     Raises:
         InputError: naming ``path`` and the line that is not JSON or not a JSON object.
     """
-    for number, line in enumerate(lines, start=first_line):
+    return parse_numbered(enumerate(lines, start=first_line), path)
+
+
+def parse_numbered(lines: Iterable[tuple[int, str]], path: str) -> Iterator[tuple[int, Datum]]:
+    """As :func:`parse_jsonlines`, of ``(line number, text)`` pairs."""
+    for number, line in lines:
         if not line.strip():
             continue
         try:
@@ -39,8 +45,10 @@ def parse_jsonlines(lines: Iterable[str], path: str, first_line: int = 1) -> Ite
 
 
 def _iter_jsonlines(path: str) -> Iterator[Datum]:
-    with read_errors(path), open_text(path) as f:
-        for _, datum in parse_jsonlines(f, path):
+    # bytes decoded line by line: a damaged .gz or a byte that is not UTF-8 is named with its
+    # line (lmchallenge.corpus.decode_lines), as in a corpus
+    with read_errors(path), open_binary(path) as f:
+        for _, datum in parse_numbered(decode_lines(f, path), path):
             yield datum
 
 

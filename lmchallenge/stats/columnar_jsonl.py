@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 from collections.abc import Iterator
 from typing import IO, NamedTuple
@@ -30,7 +31,9 @@ import pyarrow.json as pa_json
 from lmchallenge.stats import columnar
 from lmchallenge.stats import state as stats
 from lmchallenge.corpus import open_binary, whole_line_blocks
+from lmchallenge.errors import InputError
 from lmchallenge.logs.files import read_errors
+from lmchallenge.logs.jsonl import load_jsonlines
 from lmchallenge.logs.parquet import user_kind
 
 BLOCK_BYTES = 16 << 20
@@ -84,15 +87,27 @@ def state_of_jsonl(path: str, block_bytes: int = BLOCK_BYTES, groups=None) -> st
     """
     state = stats.StatsState()
     cache: dict[str, int] = {}
-    with read_errors(path):
-        for block in columnar.prefetched(_parsed_blocks(path, block_bytes)):
-            if block.table is None:
-                text = io.TextIOWrapper(io.BytesIO(block.data), encoding="utf-8", newline="\n")
-                state.merge(stats.state_of_lines(text, path, block.first_line, groups))
-            else:
-                for batch in block.table.to_batches():
-                    state.merge(columnar.batch_state(batch, cache, groups))
+    try:
+        with read_errors(path):
+            for block in columnar.prefetched(_parsed_blocks(path, block_bytes)):
+                if block.table is None:
+                    text = io.TextIOWrapper(io.BytesIO(block.data), encoding="utf-8", newline="\n")
+                    state.merge(stats.state_of_lines(text, path, block.first_line, groups))
+                else:
+                    for batch in block.table.to_batches():
+                        state.merge(columnar.batch_state(batch, cache, groups))
+    except InputError as e:
+        if e.line is None and path != "-" and os.path.exists(path):
+            _located(path)      # read in blocks, a damaged file is named without its line
+        raise
     return state
+
+
+def _located(path: str) -> None:
+    """Read the log ``path`` again line by line, raising its first error with the line it is
+    on (:func:`lmchallenge.logs.jsonl.load_jsonlines`); return if none is found that way."""
+    for _ in load_jsonlines(path):
+        pass
 
 
 def _parsed_blocks(path: str, block_bytes: int) -> Iterator[Block]:
