@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from distributed import WorkerPlugin, get_worker
 
@@ -44,6 +44,11 @@ PART_GZIP_LEVEL = 1
 than level 6 for files about 1.3x as large (BENCHMARKS.md, "scaling")."""
 
 
+ModelKey = tuple[int, str, Optional[str]]
+"""A model process of the pool: its thread, :func:`_spec_key` and game (it is told its
+game as it starts)."""
+
+
 def _spec_key(spec: Any) -> str:
     return json.dumps(asdict(spec), sort_keys=True, default=str)
 
@@ -66,9 +71,9 @@ class ModelPool(WorkerPlugin):
     name = PLUGIN_NAME
 
     def __init__(self) -> None:
-        self._models: dict[tuple[int, str], Any] = {}
-        self._served: dict[tuple[int, str], list[str]] = {}   # part files each model answered
-        self._busy: set[tuple[int, str]] = set()
+        self._models: dict[ModelKey, Any] = {}
+        self._served: dict[ModelKey, list[str]] = {}   # part files each model answered
+        self._busy: set[ModelKey] = set()
         self._games: dict[str, Game] = {}
         self._lock = threading.Lock()
         self._frozen = False
@@ -108,7 +113,7 @@ class ModelPool(WorkerPlugin):
             keys = [key for key in self._models if key[1] == wanted and key not in self._busy]
         return self._finish(keys)
 
-    def _finish(self, keys: list[tuple[int, str]]) -> list[ModelError]:
+    def _finish(self, keys: list[ModelKey]) -> list[ModelError]:
         found = []
         for key in keys:
             with self._lock:
@@ -126,17 +131,18 @@ class ModelPool(WorkerPlugin):
         return found
 
     @contextlib.contextmanager
-    def using(self, spec: PredictorSpec) -> Iterator[tuple[Any, Callable[[str], None]]]:
+    def using(self, spec: PredictorSpec,
+              game: str | None = None) -> Iterator[tuple[Any, Callable[[str], None]]]:
         """This thread's model for ``spec`` (started on first use) and a function that
         records a part file it answered, while a task uses it.  On a failure the model is
         discarded (the next use starts a fresh one); a shell model's :class:`ModelError`
         that leaves it :func:`unchecked` also removes the part files it answered before,
         and is raised saying so.
         """
-        key = (threading.get_ident(), _spec_key(spec))
+        key = (threading.get_ident(), _spec_key(spec), game)
         model = self._models.get(key)
         if model is None:
-            model = spec.create()
+            model = spec.create(game=game)
             with self._lock:
                 self._models[key] = model
                 self._served[key] = []
@@ -156,7 +162,7 @@ class ModelPool(WorkerPlugin):
             with self._lock:
                 self._busy.discard(key)
 
-    def _discard(self, key: tuple[int, str]) -> list[str]:
+    def _discard(self, key: ModelKey) -> list[str]:
         """Stop the model of ``key`` (the next use restarts it); the part files it answered."""
         with self._lock:
             model = self._models.pop(key, None)
@@ -348,7 +354,7 @@ def evaluate_partition(task: PartitionTask) -> PartitionOutcome:
     game = pool.game(task.game)
     messages = read_partition(task.input_path, task.partition, task.corpus_format,
                               name=task.corpus_name)
-    with pool.using(task.predictor) as (model, served):
+    with pool.using(task.predictor, task.game.name) as (model, served):
         rows = write_log(run_game(game, model, messages, train=task.train,
                                   first_message=task.partition.first_message),
                          task.output_path, game=task.game.name, compresslevel=PART_GZIP_LEVEL,

@@ -62,12 +62,21 @@ def _own_entries() -> list[str]:
     return [*own, LIMITED_BY] if own else []
 
 
-def model_environment() -> dict[str, str]:
+GAME_VARIABLE = "LMC_GAME"
+"""The environment variable that tells a model process the game it plays (``we``, ``wc``,
+``wr``, ``ce``): a model that cannot play one refuses it (docs/formats.md)."""
+
+
+def model_environment(game: str | None = None) -> dict[str, str]:
     """The environment for a model process this process starts: its own, without the
     limits of :func:`own_limits`, so that ``lmc run``'s one model computes with the threads
-    it would have alone (torch: one per core)."""
+    it would have alone (torch: one per core), and with :data:`GAME_VARIABLE` set to
+    ``game`` when given."""
     dropped = _own_entries()
-    return {name: value for name, value in os.environ.items() if name not in dropped}
+    environment = {name: value for name, value in os.environ.items() if name not in dropped}
+    if game is not None:
+        environment[GAME_VARIABLE] = game
+    return environment
 
 
 def lift_own_limits() -> None:

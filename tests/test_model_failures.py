@@ -20,7 +20,7 @@ from lmchallenge.errors import ModelError
 from lmchallenge.logs.jsonl import write_jsonlines
 from lmchallenge.model.shell import ShellModel, exec_form
 from lmchallenge.model.wire import Predict
-from conftest import PYTHON, REPO, lmc_command, toy_model_command
+from conftest import BIN, PYTHON, REPO, lmc_command, toy_model_command
 
 BATCHING_CRASH_MODEL = REPO / "tests" / "models" / "batching_crash_model.py"
 
@@ -529,3 +529,43 @@ def test_a_score_above_zero_in_we_is_warned_once():
     assert [json.loads(line)["logp"] for line in result.stdout.splitlines()] == [2.5] * 3
     rounding = toy("--mode", "answer", "--answer", "of\\t1e-7")
     assert lmc("run", rounding, "we", stdin=b"of\n").stderr == b""
+
+
+# -- the game a model is told, and a game a model refuses ---------------------------------------
+
+def test_a_model_class_that_refuses_a_game_is_never_made_for_it(tmp_path):
+    (tmp_path / "wordonly.py").write_text(
+        "import os\n"
+        "class WordOnly:\n"
+        "    refuses = {'ce': 'a word model'}\n"
+        "    def __init__(self):\n"
+        "        open('made', 'w').close()\n"
+        "    def predict(self, context, candidates):\n"
+        "        return [(c, -1.0) for c in candidates or []]\n")
+    text = failed(lmc("run", "wordonly:WordOnly", "ce", stdin=b"a b\n", cwd=tmp_path))
+    assert text == "lmc: error: model 'wordonly:WordOnly': does not play ce: a word model\n"
+    assert not (tmp_path / "made").exists()
+    played = lmc("run", "wordonly:WordOnly", "we", stdin=b"a b\n", cwd=tmp_path)
+    assert played.returncode == 0 and played.stdout.count(b"\n") == 2
+
+
+def test_a_shell_model_is_told_its_game(tmp_path):
+    script = tmp_path / "told.py"
+    script.write_text("import os, sys\n"
+                      "open(sys.argv[1] + '.' + str(os.getpid()), 'w').write(os.environ['LMC_GAME'])\n"
+                      "for line in sys.stdin:\n"
+                      "    if line.startswith('predict'):\n"
+                      "        print(flush=True)\n")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("a b\nc d\n")
+    told = tmp_path / "game"
+    for game in ("we", "wc", "ce"):
+        assert lmc("run", f"{PYTHON} {script} {told}", game, str(corpus)).returncode == 0
+        dist = subprocess.run([str(BIN / "lmc-dist"), "run", f"{PYTHON} {script} {told}", game,
+                               "--input", str(corpus), "--run-dir", str(tmp_path / game),
+                               "--workers", "1"], capture_output=True, timeout=300)
+        assert dist.returncode == 0, dist.stderr.decode()
+        said = {path.read_text() for path in tmp_path.glob("game.*")}
+        assert said == {game}
+        for path in tmp_path.glob("game.*"):
+            path.unlink()

@@ -8,6 +8,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -568,14 +569,33 @@ def test_lmc_run_in_process_equals_lmc_neural_serve(model_dir, corpus, tmp_path,
         assert all(row["logp"] is not None and row["logp"] < 0 for row in rows)
 
 
-def test_ce_is_refused_with_a_clear_message(model_dir, corpus):
+def test_ce_is_refused_with_a_clear_message(model_dir, corpus, tmp_path):
+    # the game is refused before the model loads: a corpus of one-character words only asks
+    # ce queries that look like we's (a word after a whole word), which no query refuses
+    single = tmp_path / "single.txt"
+    single.write_text("k?\nI.\n")
+    why = ("does not play ce: it scores whole words, and a character's probability would need "
+           "a sum over every tokenization that covers the next character")
     for predictor in (serve_command(model_dir), SPEC):
         extra = ["-o", json.dumps({"model": str(model_dir), "threads": 1})] \
             if predictor == SPEC else []
-        result = lmc("run", *extra, predictor, "ce", str(corpus), check=False)
-        assert result.returncode == 2
-        assert b"character probabilities (ce) are not computed" in result.stderr
-        assert b"Traceback" not in result.stderr
+        for text in (corpus, single):
+            out = tmp_path / "log.jsonl"
+            result = lmc("run", *extra, predictor, "ce", str(text), "--output", str(out),
+                         check=False)
+            assert result.returncode == 2
+            assert why in result.stderr.decode() and b"Traceback" not in result.stderr
+            assert not out.exists()
+        dist = subprocess.run([str(BIN / "lmc-dist"), "run", *extra, predictor, "ce", "--input",
+                               str(single), "--run-dir", str(tmp_path / "run"), "--workers",
+                               "1", "--partition-chars", "2", "--retries", "0"],
+                              capture_output=True, timeout=600)
+        err = dist.stderr.decode()
+        assert dist.returncode == 2 and why in err and "Traceback" not in err
+        assert err.count(why) == 1      # one error, said once for every partition it stopped
+        manifest = json.loads((tmp_path / "run" / "_manifest.json").read_text())
+        assert {p["state"] for p in manifest["partitions"]} == {"failed"}
+        shutil.rmtree(tmp_path / "run")
 
 
 @pytest.mark.parametrize("game", ["we", "wc"])
@@ -752,13 +772,17 @@ def test_a_device_torch_cannot_use_is_refused_before_loading(model_dir, device, 
     ({"search_width": True}, "option search_width must be a whole number >= 1, not True"),
     ({"max_expansions": 1}, "option max_expansions must be a whole number >= 2, not 1"),
     ({"dtype": "fp16"}, "unknown dtype 'fp16'"),
+    ({"random_weights": "false"}, "option random_weights must be true or false, not 'false'"),
+    ({"start_token": 5}, "option start_token must be a string or null, not 5"),
+    ({"device": 1}, "option device must be a string, not 1"),
+    ({"dtype": None}, "option dtype must be a string, not None"),
 ])
 def test_in_process_options_are_checked_before_loading(model_dir, tiny, options, message):
     """``-o`` JSON reaches the class unchecked by the command line's types: a bad value is a
     ModelError naming the option, not an obscure failure at the first query."""
     with pytest.raises(ModelError, match=re.escape(message)):
         CausalLM(str(model_dir), **options)
-    if "dtype" not in options:
+    if not set(options) & {"dtype", "random_weights", "device"}:   # options of the loading
         with pytest.raises(ModelError, match=re.escape(message)):
             CausalLM.from_objects(tiny[1], tiny[0], **options)
 

@@ -75,7 +75,7 @@ def execute(job: RunJob) -> int:
     total, messages = validated_messages(job.corpus, job.corpus_format)
     game = job.game.build()
     progress = TokenProgress(total)
-    model = job.predictor.create(echo_stderr=LOG.isEnabledFor(logging.INFO))
+    model = job.predictor.create(echo_stderr=LOG.isEnabledFor(logging.INFO), game=job.game.name)
     try:
         log = finished(progress.tokens_of(run_game(game, model, progress.messages_of(messages),
                                                    train=job.train)), model)

@@ -15,7 +15,8 @@ command line), :mod:`lmchallenge.model.session` (answers for a stream of request
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import regex
@@ -32,7 +33,16 @@ class Model:
     ``(context, candidates)`` pairs -> a list of results), which :func:`session` uses to
     score many queries at once, up to its ``predict_batch_size`` attribute (an int, if it
     has one; else 64) a call.  Models are context managers.
+
+    A class may name the games it does not play in :attr:`refuses`; ``lmc run`` and
+    ``lmc-dist`` then refuse to start them with it, before it is made (a shell model reads
+    the game from ``LMC_GAME`` in its environment instead: docs/formats.md).
     """
+
+    refuses: Mapping[str, str] = MappingProxyType({})
+    """Games (``we``, ``wc``, ``wr``, ``ce``) this model does not play, each with why: a word
+    model cannot give ``ce``'s character probabilities, and some of ``ce``'s queries (a
+    one-character word after a whole word) look like ``we``'s, so only the game can tell."""
 
     def predict(self, context: str, candidates: Sequence[str] | None) -> Result:
         """Continuations of ``context`` with scores.

@@ -148,6 +148,8 @@ class ShellModel(Model):
             it, or from its request when nothing else was awaited), before the model is
             declared hung and killed.
         window: most predict requests in flight at once.
+        game: the game the model plays, given to it as ``LMC_GAME`` in its environment
+            (:data:`lmchallenge.tuning.GAME_VARIABLE`), so that it can refuse one it cannot play.
     Raises:
         ModelError: the model exits, closes its output, misses an answer's deadline, or
             answers a malformed line (including a score that is not finite); the error names
@@ -157,7 +159,8 @@ class ShellModel(Model):
     """
 
     def __init__(self, cmd: str, options: dict[str, Any] | None = None,
-                 timeout: float = 60.0, window: int = 256, echo_stderr: bool = False):
+                 timeout: float = 60.0, window: int = 256, echo_stderr: bool = False,
+                 game: str | None = None):
         self.cmd = shell_command(cmd, options or {})
         self.timeout = timeout
         self.window = max(1, window)
@@ -165,7 +168,7 @@ class ShellModel(Model):
         self._proc = subprocess.Popen(exec_form(self.cmd), shell=True, stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       start_new_session=True, bufsize=0,
-                                      env=model_environment())
+                                      env=model_environment(game))
         self._in_fd = self._proc.stdin.fileno()
         self._out_fd = self._proc.stdout.fileno()
         os.set_blocking(self._in_fd, False)

@@ -8,7 +8,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,17 +123,36 @@ class PredictorSpec:
     def is_python(self) -> bool:
         return is_python_spec(self.spec)
 
-    def create(self, echo_stderr: bool = False) -> Any:
-        """Start the model (a new process for a shell model)."""
+    def create(self, echo_stderr: bool = False, game: str | None = None) -> Any:
+        """Start the model (a new process for a shell model) to play ``game`` (``we``,
+        ``wc``, ``wr``, ``ce``; None: not said): a shell model finds it in ``LMC_GAME``.
+
+        Raises:
+            ModelError: a Python model's class refuses ``game``
+                (:attr:`lmchallenge.model.api.Model.refuses`), before it is made; or it
+                cannot be made (:func:`construct`).
+        """
         options = dict(self.options or {})
         if self.is_python:
+            why = _refusal(load_python_object(self.spec), game)
+            if why is not None:
+                raise ModelError(self.spec, f"does not play {game}: {why}", stderr_tail=None)
             return InProcessModel(construct(self.spec, options), self.spec)
         return ShellModel(self.spec, options, timeout=self.timeout, window=self.window,
-                          echo_stderr=echo_stderr)
+                          echo_stderr=echo_stderr, game=game)
 
     def describe(self) -> str:
         """The command line or spec, for messages and manifests."""
         return self.spec if self.is_python else shell_command(self.spec, dict(self.options or {}))
+
+
+def _refusal(factory: Any, game: str | None) -> str | None:
+    """Why the model class ``factory`` does not play ``game``, if it says so in ``refuses``."""
+    refuses = getattr(factory, "refuses", None)
+    if game is None or not isinstance(refuses, Mapping):
+        return None
+    why = refuses.get(game)
+    return None if why is None else str(why)
 
 
 def close_model(model: Any) -> None:

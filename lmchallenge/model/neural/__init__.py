@@ -20,6 +20,16 @@ NEEDED = ("torch", "transformers")
 """The modules of the ``neural`` extra without which no neural model loads (``gguf`` is
 needed for ``.gguf`` files only)."""
 
+REFUSED_GAMES = {
+    "ce": "it scores whole words, and a character's probability would need a sum over every "
+          "tokenization that covers the next character (Vieira et al. 2024, \"From Language "
+          "Models over Tokens to Language Models over Characters\"), which is not implemented; "
+          "no approximation is given (docs/neural.md)",
+}
+"""The games a neural model does not play, with why
+(:attr:`lmchallenge.model.api.Model.refuses`; ``lmc-neural serve`` refuses the game in
+``LMC_GAME``)."""
+
 INSTALL = "pip install 'lmchallenge-dist[neural]'"
 """How to install the ``neural`` extra (from a checkout: ``pip install '.[neural]'``)."""
 

@@ -20,8 +20,10 @@ What each request means (sources in :mod:`lmchallenge.model.neural.words`):
 * ``predict(context, None)`` (``wc``): the ``top`` most probable words continuing what is
   typed at the end of the context (the next word after a gap), as the rest of the word,
   by a best-first search over tokens (exact unless ``max_expansions`` stops it).
-* character queries (``ce``: a context ending inside a word and one candidate continuing
-  it; among several candidates, as ``wr`` may send, such a candidate is left out) are refused with :class:`~lmchallenge.errors.ModelError`: exact character
+* ``ce`` is refused before the model loads (:attr:`CausalLM.refuses`; ``lmc-neural serve``
+  reads the game from ``LMC_GAME``), and so are character queries (a context ending inside
+  a word and one candidate continuing it; among several candidates, as ``wr`` may send,
+  such a candidate is left out), with :class:`~lmchallenge.errors.ModelError`: exact character
   probabilities need a sum over every tokenization covering the next character (Vieira et
   al. 2024, "From Language Models over Tokens to Language Models over Characters"), which
   is not implemented, and an approximation is never given silently.
@@ -41,10 +43,12 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from types import MappingProxyType
 from typing import Any
 
 from lmchallenge.errors import ModelError
 from lmchallenge.model.api import Model
+from lmchallenge.model.neural import REFUSED_GAMES
 from lmchallenge.model.neural.engine import ChunkedLM
 from lmchallenge.model.neural.loading import load
 from lmchallenge.model.neural.prefix import NoPlainCopy, encoder
@@ -103,6 +107,8 @@ class CausalLM(Model):
         ModelError: the model cannot be loaded.
     """
 
+    refuses = MappingProxyType(REFUSED_GAMES)
+
     def __init__(self, model: str, device: str = "cpu", dtype: str = "auto",
                  batch_size: int = BATCH_SIZE, chunk: int = CHUNK, top: int = 20,
                  max_expansions: int = 64, threads: int | None = None,
@@ -110,6 +116,8 @@ class CausalLM(Model):
                  search_width: int = SEARCH_WIDTH):
         check_options(model, batch_size=batch_size, chunk=chunk, top=top,
                       max_expansions=max_expansions, search_width=search_width, threads=threads)
+        check_kinds(model, model=model, device=device, dtype=dtype, start_token=start_token,
+                    random_weights=random_weights)
         if threads is None and "MKL_NUM_THREADS" in own_limits():  # lmc's limit, not the user's
             threads = len(os.sched_getaffinity(0))
         if threads is not None:
@@ -125,6 +133,7 @@ class CausalLM(Model):
                      **options: Any) -> "CausalLM":
         """A :class:`CausalLM` around an already loaded transformers model and fast tokenizer."""
         check_options(name, **{key: value for key, value in options.items() if key in _LEAST})
+        check_kinds(name, **{key: value for key, value in options.items() if key in _KINDS})
         self = cls.__new__(cls)
         self._setup(model, tokenizer, name=name, **options)
         return self
@@ -239,6 +248,27 @@ def check_options(name: str, **options: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ModelError(name, f"option {option} must be a whole number >= {least}, not "
                              f"{value!r}", stderr_tail=None)
+
+
+_KINDS: dict[str, tuple[type, ...]] = {"model": (str,), "device": (str,), "dtype": (str,),
+                                        "start_token": (str, type(None)), "random_weights": (bool,)}
+"""The JSON types each option of :class:`CausalLM` other than the numeric ones takes."""
+
+
+def check_kinds(name: str, **options: Any) -> None:
+    """Refuse an option of :class:`CausalLM` of the wrong JSON type (:data:`_KINDS`) before
+    the model is loaded: ``-o`` JSON reaches the class unchecked, and ``"random_weights":
+    "false"`` is a true value.
+
+    Raises:
+        ModelError: naming the model (``name``), the option, the type it takes and the value.
+    """
+    shown = {str: "a string", bool: "true or false", type(None): "null"}
+    for option, value in options.items():
+        if not isinstance(value, _KINDS[option]):
+            kinds = " or ".join(shown[kind] for kind in _KINDS[option])
+            raise ModelError(name if isinstance(name, str) else repr(name),
+                             f"option {option} must be {kinds}, not {value!r}", stderr_tail=None)
 
 
 def _refuses(scorer: WordScorer, context: str, candidates: Sequence[str]) -> bool:
