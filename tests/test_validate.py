@@ -129,3 +129,26 @@ def test_an_integer_of_thousands_of_digits_is_invalid_json_not_a_traceback(tmp_p
         name = corpus if argv[0] == "run" else log
         assert (result.returncode, result.stderr) == (
             2, f"lmc: error: {name}:1: invalid JSON: an integer of more than 4,300 digits\n"), argv
+
+
+def test_a_run_dir_s_bad_datum_is_named_by_its_part_file_and_line(tmp_path):
+    # as lmc stats names it (the datum's number over the whole run named no file to open)
+    from conftest import toy_model_command
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"line {i} of the corpus\n" for i in range(12)))
+    run_dir = tmp_path / "run"
+    subprocess.run([str(BIN / "lmc-dist"), "run", toy_model_command(), "we", "--input",
+                    str(corpus), "--run-dir", str(run_dir), "--workers", "1", "--part-format",
+                    "jsonl", "--partition-chars", "60"], check=True, capture_output=True,
+                   timeout=300)
+    assert lmc_run("validate", str(run_dir)).returncode == 0
+    part = run_dir / "part-00001.jsonl.gz"
+    import gzip
+    lines = gzip.decompress(part.read_bytes()).decode().splitlines(keepends=True)
+    lines[2] = lines[2].replace('"logp": ', '"logp": "x", "was": ', 1)
+    part.write_bytes(gzip.compress("".join(lines).encode()))
+    result = lmc_run("validate", str(run_dir))
+    assert result.returncode == 2
+    assert result.stderr == f"lmc: error: {part}:3: field logp: 'x' is not of type 'number', 'null'\n"
+    assert f"{part}:3: " in lmc_run("stats", str(run_dir)).stderr

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
-from lmchallenge.analysis.validate import validate
+from lmchallenge.analysis.validate import validate_files
 from lmchallenge.cli.options import partial_option, set_verbosity
+from lmchallenge.logs.files import log_form, run_dir_parts
 from lmchallenge.logs.io import read_log
 
 @click.command("validate")
@@ -18,6 +19,8 @@ def cli(log: tuple[str, ...], verbose: int) -> None:
     the field, and the exit code is 2."""
     set_verbosity(verbose)
     for path in log or ("-",):
-        n = validate(read_log(path), path)
+        files = ([(str(part), read_log(str(part))) for part in run_dir_parts(path)]
+                 if log_form(path) == "run_dir" else [(path, read_log(path))])
+        n = validate_files(files)   # a run dir's bad datum named by its part file and line
         if verbose:
             click.echo(f"{path}: {n} datums valid", err=True)
