@@ -36,7 +36,7 @@ from lmchallenge.tuning import DASK_EMBEDDED_CONFIG
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.logs.convert import convert_file, join_logs
 from lmchallenge.logs.files import check_writable, file_form
-from lmchallenge.logs.rundir import STATS, changed_rows, finished_part
+from lmchallenge.logs.rundir import STATS, changed_part, finished_part
 from lmchallenge.model.files import changed, named_files
 from lmchallenge.model.spec import PredictorSpec
 
@@ -494,7 +494,7 @@ def _finished_partitions(run_dir: str, old: dict[str, Any] | None, manifest: dic
         found = finished_part(run_dir, new_entry["file"])
         if found is None:
             continue
-        changed = changed_rows(found, entry) if entry is not None else None
+        changed = changed_part(found, entry) if entry is not None else None
         if changed is not None:        # cut short or swapped since: made again
             LOG.warning("%s: %s: computing it again", found, changed)
             os.remove(found)
@@ -597,8 +597,9 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask],
             else:
                 summary = summary_now(client, future)
                 tokens += summary["rows"]
-                entry.update(state="done", rows=summary["rows"], elapsed=summary["elapsed"],
-                             began=summary["began"], worker=summary["worker"], error=None)
+                entry.update(state="done", rows=summary["rows"], bytes=summary["bytes"],
+                             elapsed=summary["elapsed"], began=summary["began"],
+                             worker=summary["worker"], error=None)
             mf.save(job.run_dir, manifest)
             bar.update(1)
             rate = tokens / max(1e-9, time.monotonic() - start)

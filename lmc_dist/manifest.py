@@ -30,8 +30,9 @@ class PartitionRecord(TypedDict, total=False):
             (:class:`lmc_dist.partition.Partition`; ``start``/``end`` are byte offsets).
         file: the part file's name (``part-NNNNN.parquet``/``.jsonl.gz``).
         state: ``pending``, ``done`` or ``failed``.
-        rows: log datums written (done); elapsed: seconds the task took; began: when it
-            started (ISO 8601, UTC); worker: the Dask worker's address; error: why it failed.
+        rows: log datums written (done); bytes: the part file's size (done; readers refuse
+            a part of another size); elapsed: seconds the task took; began: when it started
+            (ISO 8601, UTC); worker: the Dask worker's address; error: why it failed.
     """
 
     index: int
@@ -45,6 +46,7 @@ class PartitionRecord(TypedDict, total=False):
     file: str
     state: Literal["pending", "done", "failed"]
     rows: int
+    bytes: int
     elapsed: float
     began: str
     worker: str

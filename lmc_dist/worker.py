@@ -316,13 +316,15 @@ class PartitionOutcome:
     worker: str
     state: Any = field(repr=False)
     began: float = 0.0
+    bytes: int = 0
 
     def summary(self) -> dict[str, Any]:
         """The small, JSON-able part sent to the client (``began``: Unix time the task
-        started on its worker; with ``elapsed`` it places the task on a time line)."""
+        started on its worker; with ``elapsed`` it places the task on a time line; ``bytes``:
+        the part file's size, recorded so that a reader can tell it changed)."""
         return dict(index=self.index, rows=self.rows, characters=self.characters,
                     elapsed=round(self.elapsed, 3), worker=self.worker,
-                    began=round(self.began, 3))
+                    began=round(self.began, 3), bytes=self.bytes)
 
 
 def evaluate_partition(task: PartitionTask) -> PartitionOutcome:
@@ -373,7 +375,7 @@ def evaluate_partition(task: PartitionTask) -> PartitionOutcome:
     return PartitionOutcome(index=task.partition.index, rows=rows,
                             characters=task.partition.characters,
                             elapsed=time.monotonic() - started, worker=_worker_name(),
-                            state=state, began=began)
+                            state=state, began=began, bytes=os.path.getsize(task.output_path))
 
 
 def state_of_existing_part(path: str, index: int, characters: int) -> PartitionOutcome:
@@ -382,7 +384,7 @@ def state_of_existing_part(path: str, index: int, characters: int) -> PartitionO
     state = state_of_log(path)
     return PartitionOutcome(index=index, rows=reduce.rows_of(state), characters=characters,
                             elapsed=time.monotonic() - started, worker=_worker_name(), state=state,
-                            began=began)
+                            began=began, bytes=os.path.getsize(path))
 
 
 def _worker_name() -> str:

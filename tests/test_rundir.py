@@ -448,19 +448,32 @@ def finished_run(tmp_path: Path) -> tuple[list[str], Path, str]:
     return argv, run_dir, lmc("stats", str(run_dir)).stdout
 
 
+@pytest.mark.parametrize("sizes", ["recorded", "not recorded"])
 @pytest.mark.parametrize("damage", ["truncated", "emptied"])
-def test_resume_makes_again_a_finished_part_that_cannot_be_read(tmp_path, damage):
+def test_resume_makes_again_a_finished_part_that_cannot_be_read(tmp_path, damage, sizes):
     """A part file damaged after the run (a disk error, a copy cut short) failed every
-    ``--resume`` with "fix the cause": it is computed again, with a warning."""
+    ``--resume`` with "fix the cause": it is computed again, with a warning (where the
+    manifest records no sizes, an older lmc-dist's, the worker finds it unreadable)."""
     argv, run_dir, before = finished_run(tmp_path)
     part = run_dir / "part-00002.parquet"
+    manifest = json.loads((run_dir / "_manifest.json").read_text())
+    recorded = manifest["partitions"][2]["bytes"]
+    if sizes == "not recorded":
+        for entry in manifest["partitions"]:
+            del entry["bytes"]
+        (run_dir / "_manifest.json").write_text(json.dumps(manifest))
+    size = 100 if damage == "truncated" else 0
     with open(part, "r+b") as f:
-        f.truncate(100 if damage == "truncated" else 0)
+        f.truncate(size)
     assert lmc("stats", str(run_dir)).returncode == 2
     resumed = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
-    assert "partition 2: its file cannot be read (" in resumed.stderr
-    assert "): computing it again" in resumed.stderr
+    if sizes == "recorded":
+        assert (f"WARNING\t{part}: {size} bytes where the run's manifest records {recorded} "
+                "(changed after it was written): computing it again\n") in resumed.stderr
+    else:
+        assert "partition 2: its file cannot be read (" in resumed.stderr
+        assert "): computing it again" in resumed.stderr
     assert lmc("stats", str(run_dir)).stdout == before
     assert sorted(p.name for p in run_dir.iterdir() if p.name != ".lmc-dist.lock") == sorted(
         ["_manifest.json", "_stats.json", *(f"part-{i:05d}.parquet" for i in range(len(
@@ -517,20 +530,46 @@ def test_resume_of_a_run_dir_that_does_not_exist_is_refused(tmp_path):
     assert not run_dir.exists()
 
 
-def test_a_parquet_part_cut_short_after_the_run_is_refused_then_made_again(tmp_path):
+@pytest.mark.parametrize("form", ["parquet", "jsonl", "parquet, sizes not recorded"])
+def test_a_part_changed_after_the_run_is_refused_then_made_again(tmp_path, form):
+    """A part cut short (still a valid file) or edited after the run: its size is not the
+    one recorded (a .jsonl.gz part with a line taken out and compressed again gave other
+    statistics, exit 0); a manifest of an lmc-dist that did not record sizes still has the
+    Parquet part's rows checked."""
+    import gzip
+
     import pyarrow.parquet as pq
 
-    argv, run_dir, before = finished_run(tmp_path)
-    part = run_dir / "part-00001.parquet"
-    rows = pq.read_table(part).num_rows
-    pq.write_table(pq.read_table(part).slice(0, 1), part)     # still a valid Parquet file
+    corpus = tagged_corpus(tmp_path / "corpus.txt", 20)
+    run_dir = tmp_path / "run"
+    jsonl = form == "jsonl"
+    argv = run_args(corpus, run_dir, extra=RUN_OPTIONS + (("--part-format", "jsonl") if jsonl
+                                                         else ()))
+    assert subprocess.run(argv, capture_output=True, timeout=300).returncode == 0
+    before = lmc("stats", str(run_dir)).stdout
+    manifest_path = run_dir / "_manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    entry = manifest["partitions"][1]
+    part = run_dir / entry["file"]
+    assert entry["bytes"] == part.stat().st_size
+    if jsonl:
+        lines = gzip.decompress(part.read_bytes()).splitlines(keepends=True)
+        part.write_bytes(gzip.compress(b"".join(lines[:-1])))
+    else:
+        pq.write_table(pq.read_table(part).slice(0, 1), part)     # still a valid Parquet file
+    if form == "parquet, sizes not recorded":
+        for record in manifest["partitions"]:
+            del record["bytes"]
+        manifest_path.write_text(json.dumps(manifest))
+        why = f"1 rows where the run's manifest records {entry['rows']}"
+    else:
+        why = f"{part.stat().st_size} bytes where the run's manifest records {entry['bytes']}"
     refused = lmc("stats", str(run_dir))
     assert refused.returncode == 2
-    assert refused.stderr == (f"lmc: error: {part}: 1 rows where the run's manifest records "
-                              f"{rows} (changed after it was written): delete it and finish the "
-                              "run with `lmc-dist run ... --resume`\n")
+    assert refused.stderr == (f"lmc: error: {part}: {why} (changed after it was written): "
+                              "delete it and finish the run with `lmc-dist run ... --resume`\n")
     resumed = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
-    assert resumed.stderr.startswith(f"WARNING\t{part}: 1 rows where the run's manifest records "
-                                     f"{rows} (changed after it was written): computing it again\n")
+    assert resumed.stderr.startswith(f"WARNING\t{part}: {why} (changed after it was written): "
+                                     "computing it again\n")
     assert lmc("stats", str(run_dir)).stdout == before

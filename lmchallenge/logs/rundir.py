@@ -137,8 +137,8 @@ def inspect(path: str) -> RunDir:
     """Which partitions of the run dir ``path`` are finished, and where their files are.
 
     Raises:
-        InputError: the manifest is unreadable, a finished run lacks a part file, a Parquet
-            part holds another number of rows than the manifest records, or a directory
+        InputError: the manifest is unreadable, a finished run lacks a part file, a part
+            is not the file the manifest records (:func:`changed_part`), or a directory
             without a manifest holds no ``part-*`` files.
     """
     manifest = read_manifest(path)
@@ -149,7 +149,7 @@ def inspect(path: str) -> RunDir:
     for index, entry in enumerate(manifest["partitions"]):
         found = finished_part(path, entry["file"])
         if found is not None:
-            changed = changed_rows(found, entry)
+            changed = changed_part(found, entry)
             if changed is not None:
                 raise InputError(str(found), None, f"{changed}: delete it and finish the run "
                                                    "with `lmc-dist run ... --resume`")
@@ -161,10 +161,21 @@ def inspect(path: str) -> RunDir:
     return RunDir(path, manifest, parts, done)
 
 
-def changed_rows(part: Path, entry: dict[str, Any]) -> str | None:
-    """What is wrong if the Parquet ``part`` holds another number of rows than its manifest
-    ``entry`` records (a file cut short or swapped after the run), else None (also for a
-    ``.jsonl.gz`` part, whose rows are not counted without reading it, or no record)."""
+def changed_part(part: Path, entry: dict[str, Any]) -> str | None:
+    """What is wrong if the file ``part`` is not the one its manifest ``entry`` records
+    (cut short, edited or swapped after the run): another size in bytes than recorded, or,
+    for Parquet, another number of rows; else None (also where nothing is recorded: a run
+    dir of an lmc-dist that did not record sizes, whose ``.jsonl.gz`` parts are then not
+    checked without reading them)."""
+    size, recorded = None, entry.get("bytes")
+    if isinstance(recorded, int):
+        try:
+            size = part.stat().st_size
+        except OSError:   # gone: the reader that opens it says so
+            return None
+        if size != recorded:
+            return (f"{size} bytes where the run's manifest records {recorded} (changed after "
+                    "it was written)")
     rows = entry.get("rows")
     if not isinstance(rows, int) or part.suffix != ".parquet":
         return None
