@@ -121,7 +121,9 @@ def test_a_model_process_gets_the_users_thread_settings_not_lmcs(tmp_path):
 
     alone = seen(base)
     assert "MKL_NUM_THREADS" not in alone and "OPENBLAS_NUM_THREADS" not in alone
-    assert not [name for name in alone if name.startswith("LMC_")]
+    # lmc's own marker stays in lmc; the game is told to the model (docs/formats.md)
+    assert [name for name in alone if name.startswith("LMC_")] == ["LMC_GAME"]
+    assert alone["LMC_GAME"] == "we"
     chosen = seen({**base, "MKL_NUM_THREADS": "3"})
     assert chosen["MKL_NUM_THREADS"] == "3" and "OPENBLAS_NUM_THREADS" not in chosen
 

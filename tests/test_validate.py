@@ -3,6 +3,7 @@ of a bad datum."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -144,6 +145,10 @@ def test_a_run_dir_s_bad_datum_is_named_by_its_part_file_and_line(tmp_path):
                    timeout=300)
     assert lmc_run("validate", str(run_dir)).returncode == 0
     part = run_dir / "part-00001.jsonl.gz"
+    manifest = json.loads((run_dir / "_manifest.json").read_text())
+    for entry in manifest["partitions"]:     # sizes not recorded (an older lmc-dist): the
+        del entry["bytes"]                   # edited part is read, not refused for its size
+    (run_dir / "_manifest.json").write_text(json.dumps(manifest))
     import gzip
     lines = gzip.decompress(part.read_bytes()).decode().splitlines(keepends=True)
     lines[2] = lines[2].replace('"logp": ', '"logp": "x", "was": ', 1)
