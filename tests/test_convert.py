@@ -119,3 +119,16 @@ def test_invalid_json_names_file_and_line(tmp_path):
     with pytest.raises(InputError, match=r"bad.jsonl:2: invalid JSON"):
         convert(str(bad), str(tmp_path / "out.jsonl"))
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_gzipped_log_names_itself_not_its_temporary_file(tmp_path):
+    # the gzip header holds a name (gzip's: the file's, less ".gz"); it held the hidden
+    # temporary name the log was written under, which `gunzip -N` would restore
+    out = tmp_path / "out.jsonl.gz"
+    proc = subprocess.run([sys.executable, "-m", "lmchallenge.cli", "convert",
+                           str(DATA / "mixed.we.jsonl"), "-o", str(out)], capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    header = out.read_bytes()
+    assert header[3] & 0x08                       # FNAME set (RFC 1952)
+    assert header[10:header.index(b"\0", 10)] == b"out.jsonl"
+    assert gzip.decompress(header) == (DATA / "mixed.we.jsonl").read_bytes()

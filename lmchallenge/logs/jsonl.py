@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import functools
 import gzip
+import io
 import json
 import json.encoder
+import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO
@@ -73,7 +75,11 @@ def dump_jsonlines(data: Iterable[Datum], filename: str = "-", compresslevel: in
         return
     with atomic_path(filename) as tmp:
         if is_gzip_name(filename):
-            with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=compresslevel) as f:
+            # the gzip header names the file as it will be called (gzip stores the name it
+            # is given, less ".gz"), not the temporary one (`gunzip -N` restores that name)
+            with open(tmp, "wb") as raw, \
+                    gzip.GzipFile(os.path.basename(filename), "wb", compresslevel, raw) as packed, \
+                    io.TextIOWrapper(packed, encoding="utf-8") as f:
                 write_jsonlines(data, f)
         else:
             with open(tmp, "w", encoding="utf-8") as f:
