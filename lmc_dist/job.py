@@ -118,6 +118,8 @@ class RunReport:
         failed: one message per distinct error of the partitions that failed (empty on
             success; :func:`failure_messages`).
         failed_partitions: how many partitions failed.
+        kept_partitions, kept_tokens: the partitions done before this invocation (a
+            ``--resume``), and their rows (counted in ``tokens``).
     """
 
     stats: dict[str, Any]
@@ -127,12 +129,23 @@ class RunReport:
     partitions: int
     failed: list[str] = field(default_factory=list)
     failed_partitions: int = 0
+    kept_partitions: int = 0
+    kept_tokens: int = 0
 
     def summary_line(self) -> str:
-        rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
-        return (f"lmc-dist: {self.tokens} tokens in {self.seconds:.1f} s ({rate:,.0f} tokens/s) "
+        """The tokens and partitions this invocation made, at what rate; a ``--resume`` also
+        says what was done before it (not counted in the rate)."""
+        made = self.tokens - self.kept_tokens
+        rate = made / self.seconds if self.seconds > 0 else 0.0
+        partitions = self.partitions - self.kept_partitions
+        line = (f"lmc-dist: {made} tokens in {self.seconds:.1f} s ({rate:,.0f} tokens/s) "
                 f"on {self.workers} worker{'s' if self.workers != 1 else ''}, "
-                f"{self.partitions} partition{'s' if self.partitions != 1 else ''}")
+                f"{partitions} partition{'s' if partitions != 1 else ''}")
+        if self.kept_partitions:
+            line += (f"; {self.kept_tokens} tokens in {self.kept_partitions} "
+                     f"partition{'s' if self.kept_partitions != 1 else ''} were done before "
+                     f"(--resume): {self.tokens} tokens in all")
+        return line
 
 
 @contextlib.contextmanager
@@ -390,6 +403,7 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
         manifest["started"] = old.get("started", manifest["started"])
         manifest["finished"] = old.get("finished")
     _finished_partitions(job.run_dir, old, manifest)
+    before = [p.get("rows") or 0 for p in manifest["partitions"] if p["state"] == "done"]
     if not manifest["finished"]:
         commit.begin(job.run_dir)
     commit.remove_leftovers(job.run_dir)
@@ -421,7 +435,8 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
     tokens = sum(p.get("rows") or 0 for p in manifest["partitions"] if p["state"] == "done")
     return RunReport(stats=stats or {}, tokens=tokens, seconds=0.0,
                      workers=workers, partitions=len(tasks), failed=failure_messages(tasks, errors),
-                     failed_partitions=len(errors))
+                     failed_partitions=len(errors), kept_partitions=len(before),
+                     kept_tokens=sum(before))
 
 
 def _finish(client: Client, job: DistJob, outcomes: list[Any], manifest: dict[str, Any]) -> dict[str, Any]:

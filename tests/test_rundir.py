@@ -7,6 +7,7 @@ cluster, a real model process."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import random
 import shutil
@@ -573,3 +574,24 @@ def test_a_part_changed_after_the_run_is_refused_then_made_again(tmp_path, form)
     assert resumed.stderr.startswith(f"WARNING\t{part}: {why} (changed after it was written): "
                                      "computing it again\n")
     assert lmc("stats", str(run_dir)).stdout == before
+
+
+def test_a_resume_counts_only_what_it_made_in_its_rate(tmp_path):
+    argv, run_dir, _ = finished_run(tmp_path)
+    manifest = json.loads((run_dir / "_manifest.json").read_text())
+    rows = [p["rows"] for p in manifest["partitions"]]
+    first = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    assert re.search(rf"^lmc-dist: 0 tokens in [0-9.]+ s \(0 tokens/s\) on 1 worker, 0 partitions; "
+                     rf"{sum(rows)} tokens in {len(rows)} partitions were done before "
+                     rf"\(--resume\): {sum(rows)} tokens in all; run dir ", first.stderr, re.M)
+    (run_dir / manifest["partitions"][1]["file"]).unlink()     # one partition to make again
+    with open(run_dir / "_manifest.json", "w") as f:
+        manifest["finished"] = None
+        json.dump(manifest, f)
+    again = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert re.search(rf"^lmc-dist: {rows[1]} tokens in [0-9.]+ s \([0-9,]+ tokens/s\) on 1 "
+                     rf"worker, 1 partition; {sum(rows) - rows[1]} tokens in {len(rows) - 1} "
+                     rf"partitions were done before \(--resume\): {sum(rows)} tokens in all",
+                     again.stderr, re.M)
