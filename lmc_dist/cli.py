@@ -211,7 +211,9 @@ def stats_cmd(run_dir, **uncertainty):
     with --confidence, the bootstrap intervals of `lmc stats --confidence` under "ci"."""
     stats = reduce.stats_of_run_dir(run_dir)
     if uncertainty["confidence"] is not None:
-        stats["ci"] = reduce.run_dir_intervals(run_dir, settings_of(uncertainty))
+        from lmchallenge.stats.bootstrap import holding
+
+        stats["ci"] = holding(reduce.run_dir_intervals(run_dir, settings_of(uncertainty)), stats)
     stats.update(rundir.coverage(run_dir) or {})
     sys.stdout.write(json.dumps(stats, sort_keys=True) + "\n")
 

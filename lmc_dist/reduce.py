@@ -167,7 +167,9 @@ def global_stats(client: Client, outcomes: Sequence[Future], human: bool = True,
     result, fit = _global_stats(client, outcomes, human)
     if intervals is not None:
         reported = result if human else humanize(result)
-        result["ci"] = run_intervals(client, parts, fit, reported, intervals)
+        from lmchallenge.stats.bootstrap import holding
+
+        result["ci"] = holding(run_intervals(client, parts, fit, reported, intervals), reported)
     return result
 
 

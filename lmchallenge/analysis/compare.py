@@ -138,7 +138,8 @@ def compare(baseline: str, logs: Sequence[str], settings: bootstrap.Settings,
     base_ci = bootstrap.intervals(base.table, base_metrics, settings)
     base_entropy = base.state.entropy_fingerprint
     rows = [LogComparison(baseline, baseline, {
-        key: MetricRow(_value(base, num, den), base_ci[key]) for key, num, den in base_metrics}, game)]
+        key: MetricRow(_value(base, num, den), bootstrap.held(base_ci[key], _value(base, num, den)))
+        for key, num, den in base_metrics}, game)]
     for log in logs:
         summary = bootstrap.summarise(log)
         metrics = [m for m in bootstrap.METRICS if m in base_metrics or m in summary.metrics(derived=True)]
@@ -146,8 +147,10 @@ def compare(baseline: str, logs: Sequence[str], settings: bootstrap.Settings,
         paired = bootstrap.paired(summary.table, base.table, metrics, settings, test)
         comparison = LogComparison(log, baseline, game=game)
         for key, num, den in metrics:
-            row = MetricRow(_value(summary, num, den), own_ci[key], baseline=_value(base, num, den),
-                            baseline_ci=base_ci.get(key))
+            value, base_value = _value(summary, num, den), _value(base, num, den)
+            row = MetricRow(value, bootstrap.held(own_ci[key], value), baseline=base_value,
+                            baseline_ci=bootstrap.held(base_ci[key], base_value)
+                            if key in base_ci else None)
             if key in ENTROPY_KEYS and summary.state.entropy_fingerprint != base_entropy:
                 row.note = (f"not comparable: entropy fingerprints differ ({_hex(summary.state.entropy_fingerprint)}"
                             f" vs {_hex(base_entropy)} in the baseline): the logs score different tokens")

@@ -135,6 +135,7 @@ def _row(path: str, lines: int | None, human: bool, options: dict[str, Any]) -> 
         row["ci"] = bootstrap.intervals(summary.table, summary.metrics(derived), settings)
         if derived:
             row["ci"].update(derived_intervals(row["ci"]))
+        row["ci"] = bootstrap.holding(row["ci"], row)
     if options.get("signature"):
         from lmchallenge.stats.signature import signature
 

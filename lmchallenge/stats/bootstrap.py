@@ -460,6 +460,32 @@ def interval(table: GroupTable, totals: np.ndarray, numerator: str, denominator:
     return _percentile(resampled, levels)
 
 
+ROUNDING = 1e-12
+"""The relative distance of an interval's endpoint from its estimate that is rounding alone."""
+
+
+def held(bounds: Sequence[float], value: Any) -> list[float]:
+    """``bounds`` (``[low, high]``) with an endpoint that misses ``value``, the estimate, by
+    rounding alone (:data:`ROUNDING`) set to it: resamples add their sums in another order
+    than the estimate, so the interval of resamples that are all alike (one user) left its
+    own estimate out by the last digit."""
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        return list(bounds)
+    low, high = bounds
+    near = ROUNDING * max(abs(value), 1e-300)
+    if value < low <= value + near:
+        low = float(value)
+    if value - near <= high < value:
+        high = float(value)
+    return [low, high]
+
+
+def holding(ci: dict[str, list[float]], reported: dict[str, Any]) -> dict[str, list[float]]:
+    """``ci`` (``{key path: [low, high]}``) with each interval :func:`held` to its figure in
+    the statistics ``reported`` (nested, as printed)."""
+    return {key: held(bounds, lookup(reported, key)) for key, bounds in ci.items()}
+
+
 def present_metrics(human: dict[str, Any], derived: bool = False) -> list[tuple[str, str, str]]:
     """The :data:`METRICS` that a human ``lmc stats`` result reports (with ``derived``,
     also the :data:`DERIVED` ones of the groups it reports)."""
