@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from distributed import WorkerPlugin, get_worker
 
@@ -44,7 +44,7 @@ PART_GZIP_LEVEL = 1
 than level 6 for files about 1.3x as large (BENCHMARKS.md, "scaling")."""
 
 
-ModelKey = tuple[int, str, Optional[str]]
+ModelKey = tuple[int, str, str | None]
 """A model process of the pool: its thread, :func:`_spec_key` and game (it is told its
 game as it starts)."""
 

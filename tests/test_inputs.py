@@ -634,16 +634,18 @@ def test_nan_is_refused_before_any_work(tmp_path, argv):
 @pytest.mark.parametrize("argv", [["serve", "MODEL"], ["skeleton", "MODEL", "OUT"],
                                   ["unpack", "MODEL", "OUT"]])
 def test_lmc_neural_without_the_neural_extra_says_how_to_install_it(tmp_path, argv):
-    # the extra's modules hidden (None in sys.modules: "import torch" fails as if absent)
+    # the extra's modules hidden (None in sys.modules: "import torch" fails as if absent),
+    # whether the extra is installed here or not
+    hide = "import sys; sys.modules['torch'] = sys.modules['transformers'] = None; "
     names = {"MODEL": str(tmp_path), "OUT": str(tmp_path / "out")}
-    code = ("import sys; sys.modules['torch'] = None; sys.argv[0] = 'lmc-neural'; "
-            "from lmchallenge.cli.neural import main; main()")
+    code = hide + "sys.argv[0] = 'lmc-neural'; from lmchallenge.cli.neural import main; main()"
     result = run(PYTHON, "-c", code, *(names.get(a, a) for a in argv))
     assert result.returncode == 2
-    assert result.stderr.decode() == ("lmc-neural: error: the neural extra is not installed (no "
-                                       "module 'torch'): pip install 'lmchallenge-dist[neural]'\n")
+    assert result.stderr.decode() == (
+        "lmc-neural: error: the neural extra is not installed (no module 'torch', "
+        "'transformers'): pip install 'lmchallenge-dist[neural]'\n")
     assert not (tmp_path / "out").exists()
-    loaded = run(PYTHON, "-c", "import sys; sys.modules['torch'] = None; sys.argv[0] = 'lmc'; "
+    loaded = run(PYTHON, "-c", hide + "sys.argv[0] = 'lmc'; "
                  "from lmchallenge.cli import main; main()", "run",
                  "lmchallenge.model.neural.adapter:CausalLM", "-o",
                  json.dumps({"model": str(tmp_path)}), "we", "-", stdin=b"a b\n")
