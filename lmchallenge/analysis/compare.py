@@ -135,11 +135,12 @@ def compare(baseline: str, logs: Sequence[str], settings: bootstrap.Settings,
     raw = base.result(human=False)
     game = entropy_game(game, raw["tokens"], raw["characters"])
     base_metrics = base.metrics(derived=True)
-    base_ci = bootstrap.intervals(base.table, base_metrics, settings)
+    base_values = {key: _value(base, num, den) for key, num, den in base_metrics}
+    base_ci = {key: bootstrap.held(bounds, base_values[key]) for key, bounds
+               in bootstrap.intervals(base.table, base_metrics, settings).items()}
     base_entropy = base.state.entropy_fingerprint
     rows = [LogComparison(baseline, baseline, {
-        key: MetricRow(_value(base, num, den), bootstrap.held(base_ci[key], _value(base, num, den)))
-        for key, num, den in base_metrics}, game)]
+        key: MetricRow(value, base_ci[key]) for key, value in base_values.items()}, game)]
     for log in logs:
         summary = bootstrap.summarise(log)
         metrics = [m for m in bootstrap.METRICS if m in base_metrics or m in summary.metrics(derived=True)]
@@ -147,10 +148,11 @@ def compare(baseline: str, logs: Sequence[str], settings: bootstrap.Settings,
         paired = bootstrap.paired(summary.table, base.table, metrics, settings, test)
         comparison = LogComparison(log, baseline, game=game)
         for key, num, den in metrics:
-            value, base_value = _value(summary, num, den), _value(base, num, den)
-            row = MetricRow(value, bootstrap.held(own_ci[key], value), baseline=base_value,
-                            baseline_ci=bootstrap.held(base_ci[key], base_value)
-                            if key in base_ci else None)
+            value = _value(summary, num, den)
+            row = MetricRow(value, bootstrap.held(own_ci[key], value),
+                            baseline=base_values[key] if key in base_values
+                            else _value(base, num, den),
+                            baseline_ci=base_ci.get(key))
             if key in ENTROPY_KEYS and summary.state.entropy_fingerprint != base_entropy:
                 row.note = (f"not comparable: entropy fingerprints differ ({_hex(summary.state.entropy_fingerprint)}"
                             f" vs {_hex(base_entropy)} in the baseline): the logs score different tokens")

@@ -62,17 +62,22 @@ def _current_directory_first() -> None:
         sys.path.insert(0, cwd)
 
 
-def construct(spec: str, options: dict[str, Any]) -> Any:
-    """The model ``spec`` names, called with ``options`` as keyword arguments.
+def construct(spec: str, options: dict[str, Any], game: str | None = None) -> Any:
+    """The model ``spec`` names, called with ``options`` as keyword arguments, to play
+    ``game`` (None: not said).
 
     Raises:
-        ModelError: it cannot be loaded, does not take these options, or raised while
-            being made (naming the exception's type and message; a ModelError of its own,
-            which names the model already, as it is).
+        ModelError: it cannot be loaded, refuses ``game`` (its ``refuses``:
+            :attr:`lmchallenge.model.api.Model.refuses`; before it is made), does not take
+            these options, or raised while being made (naming the exception's type and
+            message; a ModelError of its own, which names the model already, as it is).
     """
     import inspect  # only for Python models: a slow import
 
     factory = load_python_object(spec)
+    why = _refusal(factory, game)
+    if why is not None:
+        raise ModelError(spec, f"does not play {game}: {why}", stderr_tail=None)
     try:
         signature = inspect.signature(factory)
     except (TypeError, ValueError):  # a builtin without a signature: just call it
@@ -128,16 +133,12 @@ class PredictorSpec:
         ``wc``, ``wr``, ``ce``; None: not said): a shell model finds it in ``LMC_GAME``.
 
         Raises:
-            ModelError: a Python model's class refuses ``game``
-                (:attr:`lmchallenge.model.api.Model.refuses`), before it is made; or it
-                cannot be made (:func:`construct`).
+            ModelError: a Python model cannot be made, or refuses ``game``
+                (:func:`construct`).
         """
         options = dict(self.options or {})
         if self.is_python:
-            why = _refusal(load_python_object(self.spec), game)
-            if why is not None:
-                raise ModelError(self.spec, f"does not play {game}: {why}", stderr_tail=None)
-            return InProcessModel(construct(self.spec, options), self.spec)
+            return InProcessModel(construct(self.spec, options, game), self.spec)
         return ShellModel(self.spec, options, timeout=self.timeout, window=self.window,
                           echo_stderr=echo_stderr, game=game)
 
