@@ -243,8 +243,21 @@ def test_bca_on_one_group_is_the_value_and_only_the_warning(tmp_path):
     result = run_lmc("stats", "--confidence", "0.95", "--ci-method", "bca", str(one))
     stats = json.loads(result.stdout)
     assert stats["ci"]["entropy.mean"] == pytest.approx([stats["entropy"]["mean"]] * 2, rel=1e-12)
-    assert result.stderr.decode() == ("WARNING\tonly 1 users (or messages) to resample: "
+    assert result.stderr.decode() == ("WARNING\tonly 1 user (or message) to resample: "
                                       "the bootstrap intervals are rough\n")
+
+
+def test_resamples_too_few_for_the_level_are_warned_about_and_one_is_refused():
+    log = str(LOGS / "kjv.wc.jsonl")      # 30 users: no warning of its own
+    thin = run_lmc("stats", "--confidence", "0.95", "--resamples", "100", log)
+    assert thin.stderr.decode() == ("WARNING\t100 resamples leave 2.5 beyond each endpoint of a "
+                                    "0.95 interval: its endpoints are rough (--resamples 400 or "
+                                    "more)\n")
+    assert run_lmc("stats", "--confidence", "0.95", "--resamples", "400", log).stderr == b""
+    assert b"--resamples 2000 or more" in run_lmc("stats", "--confidence", "0.99", log).stderr
+    one = run_lmc("stats", "--confidence", "0.95", "--resamples", "1", log, check=False)
+    assert one.returncode == 2 and one.stdout == b""
+    assert "Invalid value for '--resamples': 1 is not in the range x>=2." in one.stderr.decode()
 
 
 @pytest.mark.parametrize("seed", [1, 3])

@@ -147,3 +147,26 @@ def test_ksr_is_the_presage_rate():
         ki += len(target) + 1 if typed is None else typed + 1
     [row] = compare_json(str(path), str(path))
     assert row["metrics"]["completion.ksr"]["value"] == pytest.approx(1 - ki / kn, rel=1e-12)
+
+
+def test_logs_with_nothing_to_compare_are_an_error_not_an_empty_table(tmp_path):
+    """A wc log whose one word is neither predicted nor completed has no figure lmc compare
+    reports (lmc stats prints none either): it said so with an empty table and exit 0."""
+    log = tmp_path / "nothing.wc.jsonl"
+    write_jsonl(log, [{"user": None, "message": 0, "token": 0, "character": 0, "target": "zzzq",
+                       "completions": [["And", "The"], ["eal"], [], []]}])
+    result = run_lmc("compare", str(log), str(log), check=False)
+    assert result.returncode == 2 and result.stdout == b""
+    assert result.stderr.decode() == (
+        f"lmc: error: {log}: nothing to compare: no log has a figure lmc compare reports (a wc "
+        "log without a hit in its predictions or completions, a we or ce log without a "
+        "probability); lmc stats shows what they have\n")
+
+
+def test_a_warning_about_the_data_is_given_once_for_all_logs():
+    path = str(PRETTY / "kjv.o1.ce.jsonl")
+    few = bootstrap.summarise(path).table.keys
+    assert len(few) < bootstrap.FEW_GROUPS
+    result = run_lmc("compare", path, path, path)
+    assert result.stderr.decode() == (f"WARNING\tonly {len(few)} users (or messages) to resample: "
+                                      "the bootstrap intervals are rough\n")

@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lmchallenge.errors import LmcError
 from lmchallenge.stats import bootstrap
 from lmchallenge.stats.derived import derived_figures, entropy_game, unit_of
 
@@ -129,6 +130,7 @@ def compare(baseline: str, logs: Sequence[str], settings: bootstrap.Settings,
     Raises:
         LogMismatchError: a log is not of the baseline's data.
         InputError: a log cannot be read.
+        LmcError: no log has a figure to compare.
     """
     game = check_same_data(baseline, logs)
     base = bootstrap.summarise(baseline)
@@ -138,13 +140,14 @@ def compare(baseline: str, logs: Sequence[str], settings: bootstrap.Settings,
     base_values = {key: _value(base, num, den) for key, num, den in base_metrics}
     base_ci = {key: bootstrap.held(bounds, base_values[key]) for key, bounds
                in bootstrap.intervals(base.table, base_metrics, settings).items()}
+    # the logs are of the baseline's data (the same users): its warnings are theirs
     base_entropy = base.state.entropy_fingerprint
     rows = [LogComparison(baseline, baseline, {
         key: MetricRow(value, base_ci[key]) for key, value in base_values.items()}, game)]
     for log in logs:
         summary = bootstrap.summarise(log)
         metrics = [m for m in bootstrap.METRICS if m in base_metrics or m in summary.metrics(derived=True)]
-        own_ci = bootstrap.intervals(summary.table, metrics, settings)
+        own_ci = bootstrap.intervals(summary.table, metrics, settings, warn=False)
         paired = bootstrap.paired(summary.table, base.table, metrics, settings, test)
         comparison = LogComparison(log, baseline, game=game)
         for key, num, den in metrics:
@@ -161,6 +164,10 @@ def compare(baseline: str, logs: Sequence[str], settings: bootstrap.Settings,
                 row.delta, row.ci, row.p = result.delta, result.ci, result.p
             comparison.metrics[key] = row
         rows.append(comparison)
+    if not any(row.metrics for row in rows):
+        raise LmcError(f"{baseline}: nothing to compare: no log has a figure lmc compare reports "
+                       "(a wc log without a hit in its predictions or completions, a we or ce "
+                       "log without a probability); lmc stats shows what they have")
     return rows
 
 

@@ -7,7 +7,7 @@ import sys
 import click
 
 from lmchallenge.cli.options import FiniteFloatRange, partial_option
-from lmchallenge.cli.uncertainty import DEFAULT_RESAMPLES, DEFAULT_SEED, METHODS
+from lmchallenge.cli.uncertainty import DEFAULT_RESAMPLES, DEFAULT_SEED, METHODS, MIN_RESAMPLES
 
 
 @click.command("compare")
@@ -17,7 +17,7 @@ from lmchallenge.cli.uncertainty import DEFAULT_RESAMPLES, DEFAULT_SEED, METHODS
               show_default=True, help="Output format (json: one object per line per LOG).")
 @click.option("--confidence", type=FiniteFloatRange(0, 1, min_open=True, max_open=True), default=0.95,
               show_default=True, help="Level of the bootstrap intervals.")
-@click.option("--resamples", type=click.IntRange(1), default=DEFAULT_RESAMPLES, show_default=True,
+@click.option("--resamples", type=click.IntRange(MIN_RESAMPLES), default=DEFAULT_RESAMPLES, show_default=True,
               help="Bootstrap resamples (randomisation trials with --paired-ar).")
 @click.option("--seed", type=click.IntRange(0), default=DEFAULT_SEED, show_default=True,
               help="Seed of the resampling.")

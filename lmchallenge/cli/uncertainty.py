@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from lmchallenge.cli.options import FiniteFloatRange
-from lmchallenge.stats.bootstrap import METHODS, Settings
+from lmchallenge.stats.bootstrap import METHODS, MIN_RESAMPLES, Settings
 
 DEFAULT_RESAMPLES = Settings.resamples
 DEFAULT_SEED = Settings.seed
@@ -35,7 +35,7 @@ def bootstrap_options(function: Callable | None = None, seed: str = "--seed") ->
                      default=None, metavar="C",
                      help="Add bootstrap intervals at this level (e.g. 0.95) under \"ci\", "
                           "resampling users (messages of logs without users)."),
-        click.option("--resamples", type=click.IntRange(1), default=DEFAULT_RESAMPLES,
+        click.option("--resamples", type=click.IntRange(MIN_RESAMPLES), default=DEFAULT_RESAMPLES,
                      show_default=True, help="Bootstrap resamples."),
         click.option(seed, "ci_seed", type=click.IntRange(0), default=DEFAULT_SEED, show_default=True,
                      help="Seed of the resampling."),

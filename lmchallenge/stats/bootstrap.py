@@ -96,6 +96,11 @@ for the tokens of a message without user; ``(user, message)`` where groups are m
 
 _FLUSH_ROWS = 4096
 FEW_GROUPS = 20
+MIN_RESAMPLES = 2
+"""Fewer resamples give an interval of width 0, which would pass for certainty."""
+TAIL_RESAMPLES = 10
+"""Resamples wanted beyond each endpoint of an interval (:func:`rough`): 25 at the default
+0.95 and 1,000 resamples."""
 """Below this many groups an interval is logged as rough (the bootstrap distribution of a
 handful of users has a handful of distinct values)."""
 LOG = logging.getLogger(__name__)
@@ -503,26 +508,51 @@ def lookup(nested: dict[str, Any], path: str) -> Any:
 
 
 def intervals(table: GroupTable, metrics: Sequence[tuple[str, str, str]],
-              settings: Settings) -> dict[str, list[float]]:
+              settings: Settings, warn: bool = True) -> dict[str, list[float]]:
     """``{key path: [low, high]}`` for each of ``metrics`` (see :data:`METRICS`).
 
     Args:
         table: the log's per-group sums.
         metrics: ``(key, numerator column, denominator column)`` triples.
         settings: confidence, resamples, seed, method.
+        warn: warn (logging) where the intervals are rough (:func:`rough`); a caller that
+            resamples several logs of the same data warns once.
     Raises:
         ValueError: an unknown method, or a confidence outside (0, 1).
     """
     _check(settings)
     if not metrics or not table.keys:
         return {}
-    if len(table.keys) < FEW_GROUPS:
-        LOG.warning("only %d users (or messages) to resample: the bootstrap intervals are rough",
-                    len(table.keys))
+    if warn:
+        for why in rough(len(table.keys), settings):
+            LOG.warning("%s", why)
     used = sorted({COLUMN[name] for _, num, den in metrics for name in (num, den)})
     totals = np.zeros((settings.resamples, len(COLUMNS)))
     totals[:, used] = resampled_totals(table.sums[:, used], settings)     # only the columns used
     return {key: interval(table, totals, num, den, settings) for key, num, den in metrics}
+
+
+def rough(groups: int, settings: Settings) -> list[str]:
+    """Why intervals over ``groups`` users (or messages) with ``settings`` are rough: fewer
+    than :data:`FEW_GROUPS` groups, or fewer than :data:`TAIL_RESAMPLES` resamples beyond
+    each endpoint of a percentile interval (its endpoints are then a few extreme resamples;
+    Efron & Tibshirani 1993, "An Introduction to the Bootstrap", ask for about 1,000
+    resamples for percentile intervals).
+
+    Returns:
+        Warnings to print, each one line (none where the intervals are not rough).
+    """
+    out = []
+    if groups < FEW_GROUPS:
+        what = "user (or message)" if groups == 1 else "users (or messages)"
+        out.append(f"only {groups} {what} to resample: the bootstrap intervals are rough")
+    tail = settings.resamples * (1 - settings.confidence) / 2
+    if tail < TAIL_RESAMPLES:
+        wanted = math.ceil(2 * TAIL_RESAMPLES / (1 - settings.confidence))
+        out.append(f"{settings.resamples} resamples leave {tail:.3g} beyond each endpoint of a "
+                   f"{settings.confidence:g} interval: its endpoints are rough (--resamples "
+                   f"{wanted} or more)")
+    return out
 
 
 def _check(settings: Settings) -> None:
@@ -530,8 +560,8 @@ def _check(settings: Settings) -> None:
         raise ValueError(f"unknown interval method {settings.method!r} (one of {', '.join(METHODS)})")
     if not 0 < settings.confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), not {settings.confidence}")
-    if settings.resamples < 1:
-        raise ValueError("resamples must be positive")
+    if settings.resamples < MIN_RESAMPLES:
+        raise ValueError(f"resamples must be at least {MIN_RESAMPLES}")
 
 
 # --- paired comparison ---------------------------------------------------------------------------
