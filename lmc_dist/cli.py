@@ -150,16 +150,24 @@ def _execute(ctx, game: GameSpec, kw: dict) -> None:
     if report.failed:
         for message in report.failed:
             sys.stderr.write(f"lmc-dist: error: {message}\n")
-        raise LmcError(failed_line(report.failed_partitions, report.partitions, job.run_dir))
+        raise LmcError(failed_line(report.failed_partitions, report.partitions, job.run_dir,
+                                   report.not_run))
     sys.stdout.write(json.dumps(report.stats, sort_keys=True) + "\n")
     sys.stderr.write(report.summary_line() + f"; run dir {job.run_dir}\n")
 
 
-def failed_line(failed: int, partitions: int, run_dir: str) -> str:
-    """The last line of a run some of whose ``partitions`` failed."""
+def failed_line(failed: int, partitions: int, run_dir: str, not_run: int = 0) -> str:
+    """The last line of a run some of whose ``partitions`` failed (and ``not_run`` were not
+    run: it stopped when its model failed alike as it started)."""
+    if not_run:
+        done = partitions - failed - not_run
+        kept = (f"none is kept in {run_dir}: fix the cause and run again" if not done else
+                f"{done} done are kept in {run_dir}: fix the cause and rerun with --resume")
+        return (f"the model failed alike as it started, so the run stopped: {failed} partition"
+                f"{'s' if failed != 1 else ''} failed, {not_run} were not run and {kept}")
     if failed == partitions:
         return (f"all {partitions} partitions failed (none is kept in {run_dir}): fix the cause and "
-                "rerun with --resume")
+                "run again")
     return (f"{failed} of {partitions} partitions failed; the others are in {run_dir}: fix the "
             "cause and rerun with --resume")
 

@@ -44,6 +44,7 @@ from lmc_dist import commit
 from lmc_dist import manifest as mf
 from lmc_dist import reduce
 from lmc_dist.connection import require_scheduler, submit
+from lmc_dist.failures import StartFailures, failure_messages
 from lmc_dist.partition import scan
 from lmc_dist.resources import Resources, require_offered
 from lmc_dist.quiet import (TASK_PREFIX, client_filters, quiet_interruption, sigint_deferred,
@@ -116,8 +117,10 @@ class RunReport:
         workers: number of workers used.
         partitions: number of partitions.
         failed: one message per distinct error of the partitions that failed (empty on
-            success; :func:`failure_messages`).
+            success; :func:`lmc_dist.failures.failure_messages`).
         failed_partitions: how many partitions failed.
+        not_run: how many partitions were not run: the run stopped when its model failed
+            alike as it started (:class:`lmc_dist.failures.StartFailures`).
         kept_partitions, kept_tokens: the partitions done before this invocation (a
             ``--resume``), and their rows (counted in ``tokens``).
     """
@@ -129,6 +132,7 @@ class RunReport:
     partitions: int
     failed: list[str] = field(default_factory=list)
     failed_partitions: int = 0
+    not_run: int = 0
     kept_partitions: int = 0
     kept_tokens: int = 0
 
@@ -316,7 +320,8 @@ def execute(job: DistJob) -> RunReport:
         InputError: bad corpus (before any model starts), or an ``--output`` that cannot
             be written (before anything is done).
         RunDirBusy: another ``lmc-dist run`` is writing the run dir.
-        LmcError: the run dir holds another run (without ``--resume``), cannot be resumed,
+        LmcError: the run dir holds another run with a partition done (without
+            ``--resume``; one with none done is started anew), cannot be resumed,
             does not exist (with ``--resume``: a mistyped path would cost a whole run), or
             holds files lmc-dist did not write (and no manifest).
         KeyboardInterrupt: after saving the manifest (the run can be resumed).
@@ -333,6 +338,10 @@ def execute(job: DistJob) -> RunReport:
 
 def _execute_locked(job: DistJob, started: float) -> RunReport:
     old = mf.load(job.run_dir)
+    if old is not None and _nothing_done(job.run_dir, old):
+        LOG.warning("%s holds a run none of whose partitions is done: starting it anew",
+                    job.run_dir)
+        old = None
     if old is not None and not job.resume:
         raise LmcError(f"{job.run_dir} already holds a run (_manifest.json): use --resume to "
                        "finish it, or a new --run-dir")
@@ -341,6 +350,16 @@ def _execute_locked(job: DistJob, started: float) -> RunReport:
     commit.remove_leftovers(job.run_dir)
     report.seconds = time.monotonic() - started     # the cluster's shutdown included
     return report
+
+
+def _nothing_done(run_dir: str, old: dict[str, Any]) -> bool:
+    """Whether the unfinished run of ``old`` (its manifest) has no partition done, neither
+    recorded nor in place: a run that failed or stopped at its start (a mistyped model
+    command) leaves nothing that another run, with or without ``--resume``, would lose."""
+    if old.get("finished"):
+        return False
+    return all(p.get("state") != "done" and finished_part(run_dir, p["file"]) is None
+               for p in old.get("partitions", []))
 
 
 @contextlib.contextmanager
@@ -419,13 +438,13 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
     workers = workers_of(client, job) or (job.workers or 1)
     if client.dashboard_link and _dashboard_address() is not None or job.scheduler:
         LOG.warning("dask dashboard: %s", client.dashboard_link)
-    outcomes, errors = _run_partitions(client, job, tasks, manifest)
+    outcomes, errors, not_run = _run_partitions(client, job, tasks, manifest)
     gone = _check_models(client, job, manifest)
     for _ in range(job.retries):   # partitions removed after they were done: made again
-        if not gone:
+        if not gone or not_run:
             break
-        again, errors_again = _run_partitions(client, job, [tasks[i] for i in sorted(gone)],
-                                              manifest)
+        again, errors_again, not_run = _run_partitions(client, job, [tasks[i] for i in sorted(gone)],
+                                                       manifest)
         outcomes.update(again)
         errors.update(errors_again)
         gone = _check_models(client, job, manifest)
@@ -435,7 +454,7 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
     tokens = sum(p.get("rows") or 0 for p in manifest["partitions"] if p["state"] == "done")
     return RunReport(stats=stats or {}, tokens=tokens, seconds=0.0,
                      workers=workers, partitions=len(tasks), failed=failure_messages(tasks, errors),
-                     failed_partitions=len(errors), kept_partitions=len(before),
+                     failed_partitions=len(errors), not_run=len(not_run), kept_partitions=len(before),
                      kept_tokens=sum(before))
 
 
@@ -569,14 +588,16 @@ def summary_now(client: Client, future: Any) -> dict[str, Any]:
     return submit(client, _summary, future, pure=False).result()
 
 
-def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask],
-                    manifest: dict[str, Any]) -> tuple[dict[int, Any], dict[int, BaseException]]:
+def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], manifest: dict[str, Any]
+                    ) -> tuple[dict[int, Any], dict[int, BaseException], set[int]]:
     """Submit every partition (finished ones only re-read their file, or are made again where
     it cannot be read), track them to the end,
-    recording each in the manifest as soon as its task ends.
+    recording each in the manifest as soon as its task ends; stop early (the tasks not
+    ended cancelled) when the model fails alike as it starts (:class:`StartFailures`).
 
     Returns:
-        (futures of the partition outcomes by index, errors of failed partitions by index).
+        (futures of the partition outcomes by index, errors of failed partitions by index,
+        the indices of the partitions not run because the run stopped early).
     Raises:
         LmcError: the client lost the scheduler (the manifest is saved: ``--resume``).
         KeyboardInterrupt: after cancelling the tasks and saving the manifest.
@@ -596,6 +617,8 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask],
         futures[future] = index
         outcomes[index] = future
     errors: dict[int, BaseException] = {}
+    at_start = StartFailures()
+    ended: set[int] = set()
     bar = tqdm(total=len(tasks), unit="part", file=sys.stderr, dynamic_ncols=True,
                disable=not (sys.stderr.isatty() if job.progress is None else job.progress))
     tokens = 0
@@ -606,9 +629,14 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask],
             entry = manifest["partitions"][index]
             if future.status == "cancelled":   # the client lost the scheduler: Dask cancels them all
                 raise CancelledError(f"partition {index}'s task was cancelled")
+            ended.add(index)
             if future.status == "error":
                 errors[index] = future.exception()
                 entry.update(state="failed", error=str(errors[index]))
+                if at_start.stop(index, errors[index]):
+                    client.cancel([f for f, i in futures.items() if i not in ended])
+                    mf.save(job.run_dir, manifest)
+                    break
             else:
                 summary = summary_now(client, future)
                 tokens += summary["rows"]
@@ -632,7 +660,7 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask],
                        "cluster is back") from None
     finally:
         bar.close()
-    return outcomes, errors
+    return outcomes, errors, set(outcomes) - ended
 
 
 WORKER_WATCH_SECONDS = 5.0
@@ -666,39 +694,3 @@ def _watching_workers(client: Client, job: DistJob, items: Iterable[Any],
         yield from items
     finally:
         stop.set()
-
-
-def failure_messages(tasks: list[PartitionTask], errors: dict[int, BaseException]) -> list[str]:
-    """One message per distinct error of the failed partitions (``errors`` by partition
-    index), naming the first partition it stopped and its lines, and how many more it
-    stopped (a model command that does not exist fails every partition the same way)."""
-    groups: dict[str, list[int]] = {}
-    for index in sorted(errors):
-        groups.setdefault(_error_kind(errors[index]), []).append(index)
-    messages = []
-    for indices in groups.values():
-        first, rest = indices[0], indices[1:]
-        message = _failure_message(tasks[first], errors[first])
-        if rest:
-            shown = ", ".join(map(str, rest[:10])) + (", ..." if len(rest) > 10 else "")
-            message += (f"\n(the same error stopped {len(rest)} more partition"
-                        f"{'s' if len(rest) != 1 else ''}: {shown})")
-        messages.append(message)
-    return messages
-
-
-def _error_kind(error: BaseException) -> str:
-    """What makes two partitions' errors the same: the model's reason and stderr tail
-    (not where in the corpus it happened), or the error's text."""
-    if isinstance(error, ModelError):
-        return f"model\0{error.command}\0{error.reason}\0{error.stderr_tail}"
-    return f"{type(error).__name__}\0{error}"
-
-
-def _failure_message(task: PartitionTask, error: BaseException) -> str:
-    p = task.partition
-    where = (f"partition {p.index} (lines {p.first_line}-{p.first_line + p.messages - 1} of "
-             f"{task.corpus_name}, first message {p.first_message})")
-    if isinstance(error, ModelError):
-        return f"{where}: {error}"
-    return f"{where}: {type(error).__name__}: {error}"

@@ -594,7 +594,8 @@ def test_ce_is_refused_with_a_clear_message(model_dir, corpus, tmp_path):
         assert dist.returncode == 2 and why in err and "Traceback" not in err
         assert err.count(why) == 1      # one error, said once for every partition it stopped
         manifest = json.loads((tmp_path / "run" / "_manifest.json").read_text())
-        assert {p["state"] for p in manifest["partitions"]} == {"failed"}
+        states = [p["state"] for p in manifest["partitions"]]  # failing alike as it starts
+        assert states[:2] == ["failed"] * 2 and set(states) <= {"failed", "pending"}  # stops
         shutil.rmtree(tmp_path / "run")
 
 

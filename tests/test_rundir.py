@@ -23,6 +23,7 @@ import pytest
 from conftest import BIN, toy_model_command
 from rundirs import (done_parts, lmc, lmc_dist, partition_lines, requests_per_line, run_args,
                      start, tagged_corpus)
+from test_dist import concatenated, lmc_run
 
 LINES = 60
 CRASH_LINE = 31
@@ -209,24 +210,56 @@ def test_a_directory_of_user_files_is_refused_and_kept(tmp_path):
                                                          "part-1-notes.txt"]   # no lock left
 
 
-def test_missing_model_command_is_one_message(tmp_path):
+def test_a_model_that_cannot_start_stops_the_run_after_two_partitions(tmp_path):
+    """A mistyped model command fails every partition alike as the model starts: the run
+    stops after two (it started the model for every partition, twice with --retries 1), and
+    the same command mended runs in the same run dir, without --resume (nothing is kept)."""
     corpus = tagged_corpus(tmp_path / "corpus.txt", 30)
     run_dir = tmp_path / "run"
-    result = subprocess.run([str(BIN / "lmc-dist"), "run", "no-such-model-command", "we", "--input",
-                             str(corpus), "--run-dir", str(run_dir), "--workers", "1",
-                             "--partition-chars", "300", "--no-progress"],
-                            capture_output=True, text=True, timeout=300)
+    argv = [str(BIN / "lmc-dist"), "run", "no-such-model-command", "we", "--input", str(corpus),
+            "--run-dir", str(run_dir), "--workers", "1", "--partition-chars", "300", "--no-progress"]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     total = len(partition_lines(run_dir))
+    assert total > 5
     assert result.returncode == 2
     lines = result.stderr.splitlines()
     assert lines[0].startswith("lmc-dist: error: partition 0 (lines 1-")
     assert "model 'no-such-model-command': exited with code 127" in lines[0]
     assert "no-such-model-command: not found" in result.stderr
-    assert lines[-2] == (f"(the same error stopped {total - 1} more partitions: "
-                         + ", ".join(map(str, range(1, min(total, 11)))) + (", ...)" if total > 11 else ")"))
-    assert lines[-1] == (f"lmc-dist: error: all {total} partitions failed (none is kept in "
-                         f"{run_dir}): fix the cause and rerun with --resume")
+    assert lines[-2] == "(the same error stopped 1 more partition: 1)"
+    assert lines[-1] == (f"lmc-dist: error: the model failed alike as it started, so the run "
+                         f"stopped: 2 partitions failed, {total - 2} were not run and none is kept "
+                         f"in {run_dir}: fix the cause and run again")
     assert len(lines) <= 8 and "Compute Failed" not in result.stderr
+    states = [p["state"] for p in json.loads((run_dir / "_manifest.json").read_text())["partitions"]]
+    assert states == ["failed", "failed"] + ["pending"] * (total - 2)
+    mended = subprocess.run([*argv[:2], toy_model_command(), *argv[3:]], capture_output=True,
+                            text=True, timeout=300)
+    assert mended.returncode == 0, mended.stderr
+    assert mended.stderr.startswith(f"WARNING\t{run_dir} holds a run none of whose partitions is "
+                                    "done: starting it anew\n")
+    assert concatenated(run_dir) == lmc_run(["we"], corpus)
+
+
+def test_one_partition_failing_as_its_model_starts_does_not_stop_the_run(tmp_path):
+    """A model that fails on the first request it is sent (a fresh process) in one partition
+    only is not a model that cannot start: the other partitions are made."""
+    corpus = tagged_corpus(tmp_path / "corpus.txt", 30)
+    run_dir = tmp_path / "run"
+    wrapper = tmp_path / "first-request.sh"     # fails if its first request is L0001's
+    wrapper.write_text('IFS= read -r first\ncase "$first" in *L0001*) echo "no L0001" >&2; '
+                       'exit 3;; esac\n{ printf "%s\\n" "$first"; cat; } | '
+                       f'{toy_model_command()}\n')
+    model = f"sh {wrapper}"     # (a retry would pass: the next process starts elsewhere)
+    result = subprocess.run([str(BIN / "lmc-dist"), "run", model, "we", "--input", str(corpus),
+                             "--run-dir", str(run_dir), "--workers", "1", "--partition-chars",
+                             "300", "--retries", "0", "--no-progress"],
+                            capture_output=True, text=True, timeout=300)
+    total = len(partition_lines(run_dir))
+    assert result.returncode == 2
+    assert "request (answer line 1): 'predict\\t\\tL0001'" in result.stderr
+    assert result.stderr.endswith(f"lmc-dist: error: 1 of {total} partitions failed; the others "
+                                  f"are in {run_dir}: fix the cause and rerun with --resume\n")
 
 
 def _wait_for(predicate, timeout: float = 120.0) -> None:

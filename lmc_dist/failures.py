@@ -1,0 +1,84 @@
+"""Failed partitions: one message per distinct error, and when a run stops early.
+
+A model that cannot start (a mistyped command, a model that refuses the game, a missing
+weights file) fails every partition alike, each after starting again (and again for each
+``--retries``): with 1,000 partitions that is 2,000 starts before the run says what it
+already knew.  :class:`StartFailures` tells the run to stop once
+:data:`ALIKE_AT_START` partitions have failed alike before their model's first answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lmchallenge.errors import ModelError
+
+from lmc_dist.worker import PartitionTask
+
+ALIKE_AT_START = 2
+"""Partitions that fail alike before their model's first answer (each at different lines of
+the corpus, after its retries) that stop a run: one could be a request that this model
+cannot answer; two are the model itself."""
+
+
+def failure_messages(tasks: list[PartitionTask], errors: dict[int, BaseException]) -> list[str]:
+    """One message per distinct error of the failed partitions (``errors`` by partition
+    index), naming the first partition it stopped and its lines, and how many more it
+    stopped (a model command that does not exist fails every partition the same way)."""
+    groups: dict[str, list[int]] = {}
+    for index in sorted(errors):
+        groups.setdefault(error_kind(errors[index]), []).append(index)
+    messages = []
+    for indices in groups.values():
+        first, rest = indices[0], indices[1:]
+        message = _failure_message(tasks[first], errors[first])
+        if rest:
+            shown = ", ".join(map(str, rest[:10])) + (", ..." if len(rest) > 10 else "")
+            message += (f"\n(the same error stopped {len(rest)} more partition"
+                        f"{'s' if len(rest) != 1 else ''}: {shown})")
+        messages.append(message)
+    return messages
+
+
+def error_kind(error: BaseException) -> str:
+    """What makes two partitions' errors the same: the model's reason and stderr tail
+    (not where in the corpus it happened), or the error's text."""
+    if isinstance(error, ModelError):
+        return f"model\0{error.command}\0{error.reason}\0{error.stderr_tail}"
+    return f"{type(error).__name__}\0{error}"
+
+
+def fails_at_start(error: BaseException) -> bool:
+    """Whether ``error`` is a model's failure before its first answer: a model process that
+    ended (or answered garbage) at its first answer line, or a Python model that could not
+    be made (no request: :mod:`lmchallenge.model.spec`); not one stopped from outside."""
+    if not isinstance(error, ModelError) or error.stopped or error.out_of_step:
+        return False
+    return error.answer_line == 1 or (error.answer_line is None and error.query is None)
+
+
+@dataclass
+class StartFailures:
+    """The partitions whose model failed before its first answer, by kind of error
+    (:func:`error_kind`)."""
+
+    alike: int = ALIKE_AT_START
+    seen: dict[str, set[int]] = field(default_factory=dict)
+
+    def stop(self, index: int, error: BaseException) -> bool:
+        """Record partition ``index``'s ``error``; True when the run should stop: ``alike``
+        partitions have failed with it at their model's start."""
+        if not fails_at_start(error):
+            return False
+        same = self.seen.setdefault(error_kind(error), set())
+        same.add(index)
+        return len(same) >= self.alike
+
+
+def _failure_message(task: PartitionTask, error: BaseException) -> str:
+    p = task.partition
+    where = (f"partition {p.index} (lines {p.first_line}-{p.first_line + p.messages - 1} of "
+             f"{task.corpus_name}, first message {p.first_message})")
+    if isinstance(error, ModelError):
+        return f"{where}: {error}"
+    return f"{where}: {type(error).__name__}: {error}"
