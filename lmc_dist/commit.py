@@ -34,7 +34,8 @@ from lmc_dist import manifest as mf
 
 _LEFTOVER = re.compile(
     r"\.(part-\d{5}\.(parquet|jsonl\.gz)|_manifest\.json|_stats\.json|\.out-\d{5}\.(parquet|jsonl|jsonl\.gz))"
-    r"\.tmp-\d+"                          # atomic_path's temporaries (lmchallenge.logs.io)
+    r"\.tmp-(?:[^/]+-)?\d+"               # atomic_path's temporaries (lmchallenge.logs.files:
+    # .NAME.tmp-HOST-PID; .NAME.tmp-PID before the host was in it)
     r"|\.out-\d{5}\.(parquet|jsonl|jsonl\.gz)")   # lmchallenge.logs.convert.CONVERTED_PREFIX copies
 
 UNFINISHED_NOTE = (

@@ -390,3 +390,32 @@ def test_a_run_stopped_by_a_signal_leaves_no_output_and_no_model(tmp_path, signa
                 break
         assert time.monotonic() < deadline, "the model still runs"
         time.sleep(0.05)
+
+
+def test_the_temporary_of_a_killed_run_is_removed_by_the_next(tmp_path):
+    """SIGKILL leaves the half-written output's temporary (no cleanup can run); the next
+    run writing that output removes it, and leaves a temporary of a live writer alone."""
+    import socket
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the lord said unto moses\n" * 400)
+    output = tmp_path / "log.jsonl"
+    proc = subprocess.Popen([*lmc_command(), "run", toy_model_command("--delay", "0.002"), "we",
+                             str(corpus), "--output", str(output)], stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".log.jsonl.tmp-*")):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.kill()
+    proc.communicate(timeout=60)
+    [left] = tmp_path.glob(".log.jsonl.tmp-*")
+    assert left.name == f".log.jsonl.tmp-{socket.gethostname()}-{proc.pid}"
+    live = tmp_path / f".log.jsonl.tmp-{socket.gethostname()}-{os.getpid()}"   # this test's
+    live.write_text("a writer that still runs\n")
+    short = tmp_path / "short.txt"
+    short.write_text("the lord\n")
+    subprocess.run([*lmc_command(), "run", toy_model_command(), "we", str(short), "--output",
+                    str(output)], check=True, capture_output=True, timeout=120)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["corpus.txt", "short.txt", "log.jsonl", live.name])
+    assert len(output.read_text().splitlines()) == 2

@@ -17,6 +17,7 @@ import contextlib
 import gzip
 import io
 import os
+import socket
 import sys
 import zlib
 from collections.abc import Iterable, Iterator
@@ -150,13 +151,53 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     final = os.path.realpath(path)
     directory = os.path.dirname(os.path.abspath(final))
     os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".{os.path.basename(final)}.tmp-{os.getpid()}")
+    remove_stale_temporaries(final)
+    tmp = os.path.join(directory, f"{_temporary_prefix(final)}{os.getpid()}")
     try:
         yield tmp
         os.replace(tmp, final)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _temporary_prefix(final: str) -> str:
+    """The name of :func:`atomic_path`'s temporaries of ``final``, less the writer's process
+    id: ``.NAME.tmp-HOST-`` (the host, so that a writer on another machine sharing the
+    folder is never taken for a dead one of this machine)."""
+    host = socket.gethostname().replace(os.sep, "_") or "localhost"
+    return f".{os.path.basename(final)}.tmp-{host}-"
+
+
+def remove_stale_temporaries(final: str) -> list[str]:
+    """Remove the temporaries of ``final`` (a resolved path) that a writer on this machine
+    left when it was killed (SIGKILL, a power cut: no ``finally`` ran), that is those whose
+    process no longer exists; the paths removed.  A temporary of a live process (a run
+    writing the same output now) is left alone."""
+    directory, prefix = os.path.dirname(final), _temporary_prefix(final)
+    removed = []
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith(prefix)]
+    except OSError:
+        return removed
+    for name in names:
+        pid = name[len(prefix):]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(directory, name))
+            removed.append(os.path.join(directory, name))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:     # another user's process
+        return True
+    return True
 
 
 def _same_file(one: str, other: str) -> bool:
