@@ -140,6 +140,9 @@ def _execute(ctx, game: GameSpec, kw: dict) -> None:
             raise click.UsageError("give the corpus format once, as --format", ctx)
         logging.getLogger(__name__).warning("--corpus-format is deprecated: write --format %s", old)
         kw["corpus_format"] = old
+    if kw.get("output") == "-":
+        raise click.BadParameter("lmc-dist writes its statistics to stdout: give the log a file "
+                                 "(or /dev/stdout, to have both there)", ctx, param_hint="'--output'")
     options = model_options(kw.pop("options"))
     predictor = PredictorSpec(ctx.obj["predictor"], options, timeout=kw.pop("timeout"),
                               window=kw.pop("window"))

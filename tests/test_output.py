@@ -125,3 +125,56 @@ def test_an_output_that_is_a_pipe_is_written_as_it_is(tmp_path):
     assert fifo.is_fifo() and len(received[0].splitlines()) == 3
     assert [p.name for p in tmp_path.iterdir()] == ["log.fifo"]
     assert _lmc_run("--output", "/dev/stdout").stdout.count(b"\n") == 3
+
+
+@pytest.mark.parametrize("output", ["/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"])
+def test_an_output_naming_stdout_appends_where_the_shell_appends(tmp_path, output):
+    """`--output /dev/stdout >> app.log`: the file the shell opened is written through the
+    descriptor; it was replaced by a new file (the temporary renamed over its path), and
+    what it held before was lost."""
+    import subprocess
+
+    from conftest import BIN, toy_model_command
+    log = tmp_path / "app.log"
+    log.write_text("my notes\n")
+    inode = log.stat().st_ino
+    with open(log, "ab") as out:
+        result = subprocess.run([str(BIN / "lmc"), "run", toy_model_command(), "we", "--output",
+                                 output], input=b"in the beginning\n", stdout=out,
+                                stderr=subprocess.PIPE, timeout=120)
+    assert result.returncode == 0, result.stderr.decode()
+    lines = log.read_text().splitlines()
+    assert lines[0] == "my notes" and len(lines) == 4 and json.loads(lines[1])["target"] == "in"
+    assert log.stat().st_ino == inode and sorted(p.name for p in tmp_path.iterdir()) == ["app.log"]
+    # lmc convert the same way, and after `>` the file holds the log alone
+    with open(log, "wb") as out:
+        subprocess.run([str(BIN / "lmc"), "convert", str(LOGS / "kjv.o1.we.jsonl"), "-o", output],
+                       stdout=out, check=True, timeout=120)
+    assert log.read_bytes() == (LOGS / "kjv.o1.we.jsonl").read_bytes()
+
+
+def test_parquet_to_a_pipe_is_refused_before_any_work(tmp_path):
+    import os
+
+    fifo = tmp_path / "log.parquet"
+    os.mkfifo(fifo)
+    result = _lmc_run("--output", str(fifo))      # nobody reads it: it would hang if opened
+    assert result.returncode == 2 and result.stdout == b""
+    assert result.stderr.decode() == (f"lmc: error: {fifo}: cannot write Parquet here: it is not "
+                                      "a regular file (a pipe, a device, or a descriptor such as "
+                                      "/dev/stdout); write .jsonl or .jsonl.gz to it\n")
+
+
+def test_lmc_dist_refuses_the_log_on_stdout_as_a_dash(tmp_path):
+    import subprocess
+
+    from conftest import BIN, toy_model_command
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("in the beginning\n")
+    result = subprocess.run([str(BIN / "lmc-dist"), "run", toy_model_command(), "we", "--input",
+                             str(corpus), "--run-dir", str(tmp_path / "run"), "--output", "-"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stdout == ""
+    assert ("Error: Invalid value for '--output': lmc-dist writes its statistics to stdout: give "
+            "the log a file (or /dev/stdout, to have both there)") in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt"]

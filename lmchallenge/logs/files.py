@@ -17,6 +17,7 @@ import contextlib
 import gzip
 import io
 import os
+import re
 import socket
 import sys
 import zlib
@@ -115,7 +116,11 @@ def check_writable(path: str, inputs: Iterable[str | None] = ()) -> None:
     Raises:
         InputError: naming ``path`` and why it cannot be written.
     """
-    if path == "-" or is_special_file(path):
+    if path == "-" or written_in_place(path):
+        if file_form(os.fspath(path)) == "parquet":
+            raise InputError(path, None, "cannot write Parquet here: it is not a regular file "
+                                         "(a pipe, a device, or a descriptor such as /dev/stdout); "
+                                         "write .jsonl or .jsonl.gz to it")
         return
     for source in inputs:
         if source and source != "-" and _same_file(source, path):
@@ -138,14 +143,35 @@ def check_writable(path: str, inputs: Iterable[str | None] = ()) -> None:
         raise InputError(path, None, f"cannot write: {e.strerror or e}") from None
 
 
+DESCRIPTOR = re.compile(r"/dev/(stdout|stderr|fd/\d+)|/proc/(self|\d+)/fd/\d+")
+"""Paths that name an open file descriptor (``--output /dev/stdout >> log``): the file the
+shell opened is written through them, where it stands (appended to, not replaced)."""
+
+
+def written_in_place(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is written as it is, not through a temporary file renamed into
+    place: a pipe, device or socket (a FIFO, ``/dev/null``), or a path naming a file
+    descriptor (:data:`DESCRIPTOR`: ``/dev/stdout`` redirected to a file: renaming over that
+    file would lose what the shell's ``>>`` kept)."""
+    return DESCRIPTOR.fullmatch(os.fspath(path)) is not None or is_special_file(path)
+
+
+def write_mode(path: str) -> str:
+    """The mode to open a path :func:`atomic_path` yielded in: ``"ab"`` where it is written
+    in place (a descriptor's file keeps what it holds and its offset's meaning, as the
+    shell's ``>>``; after ``>`` it is empty), else ``"wb"``."""
+    return "ab" if written_in_place(path) else "wb"
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     """Yield a temporary path beside ``path``; rename it to ``path`` only on success.
 
-    A symbolic link is followed (the file it points to is replaced, the link stays); a pipe,
-    device or socket (``/dev/stdout``, a FIFO) is yielded as it is, to be written directly.
+    A symbolic link is followed (the file it points to is replaced, the link stays); a path
+    :func:`written_in_place` (``/dev/stdout``, a FIFO) is yielded as it is, to be written
+    directly, opened in :func:`write_mode`.
     """
-    if is_special_file(path):
+    if written_in_place(path):
         yield os.fspath(path)
         return
     final = os.path.realpath(path)
