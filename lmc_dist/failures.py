@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lmchallenge.errors import ModelError
+from lmchallenge.errors import InputError, ModelError
 
 from lmc_dist.worker import PartitionTask
 
@@ -41,10 +41,12 @@ def failure_messages(tasks: list[PartitionTask], errors: dict[int, BaseException
 
 
 def error_kind(error: BaseException) -> str:
-    """What makes two partitions' errors the same: the model's reason and stderr tail
-    (not where in the corpus it happened), or the error's text."""
+    """What makes two partitions' errors the same: the model's reason and stderr tail, or
+    the input's name and reason (not where in the corpus it happened), or the error's text."""
     if isinstance(error, ModelError):
         return f"model\0{error.command}\0{error.reason}\0{error.stderr_tail}"
+    if isinstance(error, InputError):
+        return f"input\0{error.path}\0{error.reason}"
     return f"{type(error).__name__}\0{error}"
 
 
@@ -79,6 +81,6 @@ def _failure_message(task: PartitionTask, error: BaseException) -> str:
     p = task.partition
     where = (f"partition {p.index} (lines {p.first_line}-{p.first_line + p.messages - 1} of "
              f"{task.corpus_name}, first message {p.first_message})")
-    if isinstance(error, ModelError):
+    if isinstance(error, (ModelError, InputError)):
         return f"{where}: {error}"
     return f"{where}: {type(error).__name__}: {error}"

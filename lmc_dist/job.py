@@ -31,6 +31,7 @@ from distributed import Client, LocalCluster, as_completed
 from distributed.comm.core import CommClosedError
 from tqdm import tqdm
 
+from lmchallenge.corpus import check_unchanged
 from lmchallenge.errors import LmcError, ModelError
 from lmchallenge.tuning import DASK_EMBEDDED_CONFIG
 from lmchallenge.games.spec import GameSpec
@@ -449,6 +450,8 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
         errors.update(errors_again)
         gone = _check_models(client, job, manifest)
     errors.update(gone)
+    if not errors:      # a corpus rewritten under the run: its parts are of two versions
+        check_unchanged(scanned.path, scanned.version, what="lmc-dist")
     stats = None if errors else _finish(client, job, [outcomes[i] for i in range(len(tasks))],
                                         manifest)
     tokens = sum(p.get("rows") or 0 for p in manifest["partitions"] if p["state"] == "done")

@@ -37,8 +37,8 @@ from typing import Any
 
 import fsspec
 
-from lmchallenge.corpus import (READ_ERRORS, Message, decode_lines, first_non_blank, is_stream,
-                                 parse_json_row)
+from lmchallenge.corpus import (READ_ERRORS, FileVersion, Message, decode_lines, file_version,
+                                 first_non_blank, is_stream, parse_json_row)
 from lmchallenge.corpus import detect_format as corpus_format_of
 from lmchallenge.errors import InputError
 from lmchallenge.logs.parquet import a_kind, mixed_users_message, user_kind, wide_user_message
@@ -88,6 +88,8 @@ class ScanResult:
         messages, characters: totals.
         size: the size the partitions were cut at.
         users: the types of the corpus' users.
+        version: the :data:`lmchallenge.corpus.FileVersion` of ``path`` before it was read
+            (None for a URL): the run checks that it is the same when its partitions are done.
     """
 
     path: str
@@ -98,6 +100,7 @@ class ScanResult:
     characters: int
     size: PartitionSize | None = None
     users: UserTypes = field(default_factory=lambda: UserTypes())
+    version: FileVersion | None = None
 
 
 @dataclass
@@ -270,6 +273,7 @@ def scan(path: str, fmt: str, size: int | PartitionSize | ForCluster, train: boo
         raise InputError(path, None, "a pipe or standard input, not a file: lmc-dist reads the "
                                      "corpus by byte ranges on the workers; write it to a file "
                                      "first (lmc run reads pipes)")
+    before = file_version(path)
     try:
         fmt = detect_format(path) if fmt == "auto" else fmt
         sha256 = _sha256_of(path)
@@ -294,7 +298,8 @@ def scan(path: str, fmt: str, size: int | PartitionSize | ForCluster, train: boo
     partitions = cutter.finish()
     return ScanResult(path=plain, corpus_format=fmt, sha256=sha256, partitions=partitions,
                       messages=sum(p.messages for p in partitions),
-                      characters=sum(p.characters for p in partitions), size=size, users=users)
+                      characters=sum(p.characters for p in partitions), size=size, users=users,
+                      version=before if plain == path else file_version(plain))
 
 
 def _queries_per_byte(plain: str, fmt: str, name: str, cost: QueryCost) -> float:
@@ -390,7 +395,8 @@ def read_partition(path: str, partition: Partition, fmt: str,
     """The messages of ``partition``, read from its byte range of ``path`` (any fsspec URL).
 
     Raises:
-        InputError: a malformed line (cannot happen after :func:`scan` unless the file changed).
+        InputError: a malformed line, or other messages than the scan counted there: the
+            file changed since :func:`scan` (truncated, rewritten).
     """
     with fsspec.open(path, "rb") as f:
         f.seek(partition.start)
@@ -401,4 +407,8 @@ def read_partition(path: str, partition: Partition, fmt: str,
         message = _message(text, name, number, fmt)
         if message is not None:
             messages.append(message)
+    if len(data) != partition.end - partition.start or len(messages) != partition.messages:
+        raise InputError(name, partition.first_line, "changed since this run scanned it: other "
+                         "bytes from this line on than the scan found; start the run again in "
+                         "a new --run-dir")
     return messages

@@ -89,6 +89,43 @@ def is_stream(path: str) -> bool:
     return path == "-" or ("://" not in path and is_special_file(path))
 
 
+FileVersion = tuple[int, int, int, int]
+"""A local file's device, inode, size in bytes and modification time (ns): another version
+of it (rewritten, truncated, replaced) has another."""
+
+
+def file_version(path: str) -> FileVersion | None:
+    """The :data:`FileVersion` of the regular local file ``path`` (None for a stream, a URL
+    or a missing path)."""
+    if path == "-" or "://" in path:
+        return None
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def check_unchanged(path: str, before: FileVersion | None, messages: int | None = None,
+                    read: int | None = None, what: str = "this run") -> None:
+    """Refuse a corpus that changed while ``what`` read it: its :func:`file_version` is not
+    ``before`` any more, or ``read`` messages were read where ``messages`` were counted.
+
+    Raises:
+        InputError: naming ``path``: the log would be of no one version of the corpus.
+    """
+    now = file_version(path) if before is not None else None
+    if now == before and messages == read:
+        return
+    how = (f"{messages} messages when it was checked, {read} when it was read"
+           if messages != read else "another size or modification time, or replaced")
+    raise InputError(path, None, f"changed while {what} read it ({how}): its log would be of "
+                                 "no one version of the corpus; run again on a corpus that "
+                                 "stays as it is")
+
+
 def whole_line_blocks(read: Callable[[int], bytes], size: int = 1 << 16) -> Iterator[bytes]:
     """Consecutive runs of whole lines (each ending in LF) of a binary stream: one per
     ``read(size)`` call that completed a line, then what follows the last LF, if anything.

@@ -419,3 +419,28 @@ def test_the_temporary_of_a_killed_run_is_removed_by_the_next(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["corpus.txt", "short.txt", "log.jsonl", live.name])
     assert len(output.read_text().splitlines()) == 2
+
+
+def _changing_model(tmp_path: Path, corpus: Path, change: str) -> str:
+    """A model that, at its first request, runs the shell command ``change`` on ``corpus``
+    (``: >`` truncates it, ``cat X >>`` appends), then answers as the toy model."""
+    wrapper = tmp_path / "changing.sh"
+    wrapper.write_text(f'IFS= read -r first\n{change} "{corpus}"\n'
+                       f'{{ printf "%s\\n" "$first"; cat; }} | {toy_model_command()}\n')
+    return f"sh {wrapper}"
+
+
+def test_a_corpus_truncated_under_lmc_run_fails_it(tmp_path):
+    """The corpus is read twice (checked, then run): truncated in between, the run gave a
+    log of part of it with exit 0."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the lord said unto moses\n" * 20000)      # more than one read's block
+    output = tmp_path / "log.jsonl"
+    result = subprocess.run([*lmc_command(), "run", _changing_model(tmp_path, corpus, ": >"), "we",
+                             str(corpus), "--output", str(output)], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 2 and not output.exists()
+    assert result.stderr.startswith(f"lmc: error: {corpus}: changed while this run read it (20000 "
+                                    "messages when it was checked, ")
+    assert result.stderr.endswith(" when it was read): its log would be of no one version of the "
+                                  "corpus; run again on a corpus that stays as it is\n")

@@ -628,3 +628,32 @@ def test_a_resume_counts_only_what_it_made_in_its_rate(tmp_path):
                      rf"worker, 1 partition; {sum(rows) - rows[1]} tokens in {len(rows) - 1} "
                      rf"partitions were done before \(--resume\): {sum(rows)} tokens in all",
                      again.stderr, re.M)
+
+
+@pytest.mark.parametrize("change", [": >", "echo 'L9999 one more line' >>"])
+def test_a_corpus_changed_under_lmc_dist_is_never_committed(tmp_path, change):
+    """Truncated while the partitions are read, the partitions read after it failed to see
+    their lines and were committed empty (exit 0, a log of part of the corpus); appended to,
+    every partition reads its bytes as scanned, and the run commits nothing either."""
+    from test_run import _changing_model
+
+    corpus = tagged_corpus(tmp_path / "corpus.txt", 40)
+    run_dir = tmp_path / "run"
+    result = subprocess.run([str(BIN / "lmc-dist"), "run", _changing_model(tmp_path, corpus, change),
+                             "we", "--input", str(corpus), "--run-dir", str(run_dir), "--workers",
+                             "1", "--partition-chars", "300", "--retries", "0", "--no-progress",
+                             "--output", str(tmp_path / "log.jsonl")],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    if change == ": >":
+        assert re.search(r"^lmc-dist: error: partition \d+ \(lines (\d+)-\d+ of .*\): "
+                         + re.escape(str(corpus)) + r":\1: changed since this run scanned it: "
+                         "other bytes from this line on than the scan found; start the run again "
+                         "in a new --run-dir$", result.stderr, re.M), result.stderr
+    else:
+        assert result.stderr == (f"lmc-dist: error: {corpus}: changed while lmc-dist read it "
+                                 "(another size or modification time, or replaced): its log would "
+                                 "be of no one version of the corpus; run again on a corpus that "
+                                 "stays as it is\n")
+    assert not (run_dir / "_stats.json").exists() and not (tmp_path / "log.jsonl").exists()
+    assert lmc("stats", str(run_dir)).returncode == 2

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from lmchallenge.corpus import Message, is_stream, read_corpus
+from lmchallenge.corpus import Message, check_unchanged, file_version, is_stream, read_corpus
 from lmchallenge.games.runner import run_game
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.logs.files import check_writable
@@ -47,12 +47,23 @@ def validated_messages(path: str, fmt: str) -> tuple[int, Iterator[Message] | li
     """Check the whole corpus before the model starts (so bad input costs no model time and
     leaves no half-written output); returns the message count and a fresh message source.
     Standard input and pipes (:func:`lmchallenge.corpus.is_stream`) are read once, into
-    memory; a file is read twice."""
+    memory; a file is read twice, and the second read fails when it is over if the file
+    changed since the first began (:func:`lmchallenge.corpus.check_unchanged`: truncated,
+    rewritten or replaced under the run, it would give a log of part of the corpus)."""
     if is_stream(path):
         messages = list(read_corpus(path, fmt))
         return len(messages), messages
+    before = file_version(path)
     count = sum(1 for _ in read_corpus(path, fmt))
-    return count, read_corpus(path, fmt)
+    return count, _checked(path, fmt, before, count)
+
+
+def _checked(path: str, fmt: str, before: Any, count: int) -> Iterator[Message]:
+    read = 0
+    for message in read_corpus(path, fmt):
+        read += 1
+        yield message
+    check_unchanged(path, before, count, read)
 
 
 def finished(log: Iterator[Any], model: Any) -> Iterator[Any]:
