@@ -45,6 +45,26 @@ def test_other_lengths_duplicates_and_empty_words_are_never_candidates():
     assert search("the", 0) == [] and search("the", -1) == []
 
 
+def test_words_of_256_characters_or_more_count_every_match():
+    """256 matching positions counted in 8 bits wrapped to 0: the word typed exactly, or
+    half right, fell behind words with fewer matches (a vocabulary's URLs, base64)."""
+    typed = "a" * 256
+    words = ["b" * 256, typed, "a" * 255 + "b", "a" * 128 + "b" * 128]
+    search = CandidateSearch(words)
+    assert search(typed, 3) == nearest(words, typed, 3) == [typed, "a" * 255 + "b", "a" * 128 + "b" * 128]
+    assert search("a" * 300, 1) == [] and CandidateSearch(["a" * 300])("a" * 300, 1) == ["a" * 300]
+
+
+def test_the_error_score_is_lm_challenge_5_2_s_to_the_last_digit():
+    """n log(1 - p) + m log p: with log1p(-p) the scores differed in the last digit where
+    the candidate is the typed word (LM Challenge 5.2's logs hold log(1 - p))."""
+    import math
+
+    model = ErrorModel(p_anykey=0.1)
+    assert model.score("An", "An") == -0.21072103131565256 == 2 * math.log(0.9)
+    assert model.score("An", "Ab") == math.log(0.9) + math.log(0.1)
+
+
 def test_code_points_beyond_latin_1():
     # buckets of uint8, uint16 and uint32 code points; typed characters wider than a bucket's
     # dtype match nothing there

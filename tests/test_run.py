@@ -340,6 +340,12 @@ def test_the_documented_differences_from_lm_challenge_5_2(reference_lmc):
     ours, ref = our_log(marked_up(rows), "-t"), reference_log(reference_lmc, marked_up(rows), "-t")
     assert [d["logp"] for d in ours] == [-5.0, -5.0, -4.0, 0.0]
     assert ref == [d | {"logp": 0.0} if (d["message"], d["token"]) == (1, 0) else d for d in ours]
+    # jsonl after a blank first line, or after a BOM: jsonl here; plain text in the reference,
+    # whose format detection reads the first line only (and does not take a BOM for JSON)
+    rows = marked_up([{"user": "a", "text": "the lord"}, {"user": "b", "text": "God"}])
+    for odd in (b"\n" + rows, b"  \n" + rows, b"\xef\xbb\xbf" + rows):
+        assert our_log(odd) == reference_log(reference_lmc, rows)
+        assert {d["user"] for d in reference_log(reference_lmc, odd)} == {None}
 
 
 def test_lmc_run_whose_output_closes_early_does_not_wait_for_its_model(tmp_path):

@@ -56,8 +56,9 @@ def _position_major_codes(words: list[str]) -> np.ndarray:
 
 def _count_matches(codes: np.ndarray, typed: str) -> np.ndarray:
     """Per word (column of ``codes``), how many positions hold the code point of ``typed``
-    there, as ``uint8`` (words are far shorter than 256 characters)."""
-    matches = np.zeros(codes.shape[1], dtype=np.uint8)
+    there, as ``uint8`` for words shorter than 256 characters (nearly all), else ``uint16``
+    (a vocabulary's URLs or base64: 256 matches counted in ``uint8`` wrapped to 0)."""
+    matches = np.zeros(codes.shape[1], dtype=np.uint16 if len(typed) > 0xFF else np.uint8)
     equal = np.empty(codes.shape[1], dtype=bool)
     top = np.iinfo(codes.dtype).max
     for row, char in zip(codes, typed):

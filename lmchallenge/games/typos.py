@@ -53,7 +53,8 @@ class ErrorModel:
     def score(self, typed: str, word: str) -> float:
         """Log-probability (nats) that ``word`` was typed as ``typed`` (same length)."""
         kept = sum(a == b for a, b in zip(typed, word))
-        return kept * math.log1p(-self.p_anykey) + (len(word) - kept) * math.log(self.p_anykey)
+        # log(1 - p), not log1p(-p): the scores LM Challenge 5.2 logs, to the last digit
+        return kept * math.log(1 - self.p_anykey) + (len(word) - kept) * math.log(self.p_anykey)
 
 
 def message_rng(seed: int, user: str | int | None, message: int) -> random.Random:
