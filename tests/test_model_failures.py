@@ -569,3 +569,37 @@ def test_a_shell_model_is_told_its_game(tmp_path):
         assert said == {game}
         for path in tmp_path.glob("game.*"):
             path.unlink()
+
+
+def _wait_gone(pid: int, seconds: float = 10.0) -> None:
+    """Wait until process ``pid`` has ended (a zombie waiting for its reaper counts)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    return
+        except FileNotFoundError:
+            return
+        assert time.monotonic() < deadline, f"process {pid} still runs"
+        time.sleep(0.05)
+
+
+def test_a_child_the_model_leaves_running_neither_delays_the_run_nor_outlives_it(tmp_path):
+    """A model that starts `sleep &` (a server, a helper) before it answers: the child holds
+    the model's output open, so the end of the output, by which lmc saw the model end, came
+    only when --timeout ran out (60 s by default) and the child ran on after the run."""
+    pid_file = tmp_path / "child.pid"
+    model = f"sh -c 'sleep 300 & echo $! > {pid_file}; exec {toy_model_command()}'"
+    result = lmc("run", "--timeout", "120", model, "we", stdin=b"the lord\n", timeout=60)
+    assert result.returncode == 0, result.stderr.decode()
+    assert [json.loads(line)["target"] for line in result.stdout.splitlines()] == ["the", "lord"]
+    _wait_gone(int(pid_file.read_text()))
+    # exiting at once: said as such, at once, not as an answer late by --timeout
+    quitter = tmp_path / "quitter.sh"
+    quitter.write_text(f"sleep 300 &\necho $! > {pid_file}\nexit 0\n")
+    result = lmc("run", "--timeout", "120", f"sh {quitter}", "we", stdin=b"the lord\n", timeout=60)
+    assert "model 'sh " in failed(result) and "exited (code 0) before answering" in failed(result)
+    _wait_gone(int(pid_file.read_text()))

@@ -37,6 +37,10 @@ KEPT_QUERY_CHARS = 1024
 STOPPED_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM)
 """Exit codes of a program that ends on SIGINT or SIGTERM by itself (``lmc`` and its model
 commands: 130, 143): the model was stopped from outside, as by the signal."""
+EXIT_CHECK_SECONDS = 0.5
+"""How often a model awaited in silence is checked for having exited: a child it left
+running (``server &``) may hold its output open, and the end of the output, by which an
+exit is otherwise seen, then never comes."""
 
 
 def shell_command(cmd: str, options: dict[str, Any]) -> str:
@@ -293,8 +297,13 @@ class ShellModel(Model):
             elif now > deadline:  # a model trickling bytes is never silent, but late
                 raise self._failure(self._late(answered < len(sent), len(inbox)), in_flight())
             readable, writable, _ = select.select([out_fd] if answered < len(sent) else [],
-                                                  [in_fd] if outbox else [], [], deadline - now)
+                                                  [in_fd] if outbox else [], [],
+                                                  min(deadline - now, EXIT_CHECK_SECONDS))
             if not readable and not writable:
+                if self._proc.poll() is not None:   # exited; a child of it holds its output
+                    raise self._ended(in_flight())
+                if time.monotonic() < deadline:
+                    continue
                 raise self._failure(self._late(answered < len(sent), len(inbox)), in_flight())
             if writable:
                 try:
@@ -428,8 +437,12 @@ class ShellModel(Model):
         rest, deadline = b"", time.monotonic() + self.timeout
         while len(rest) < (1 << 16):
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self._out_fd], [], [], left)[0]:
+            if left <= 0:
                 break
+            if not select.select([self._out_fd], [], [], min(left, EXIT_CHECK_SECONDS))[0]:
+                if self._proc.poll() is not None:   # exited; a child of it holds its output
+                    break
+                continue
             chunk = os.read(self._out_fd, 1 << 16)
             if not chunk:
                 break
@@ -460,8 +473,19 @@ class ShellModel(Model):
             ended = False
             self.kill()
             self._proc.wait()
+        self._end_children()
         self._proc.stdout.close()
         return ended
+
+    def _end_children(self) -> None:
+        """Stop what the model left running in its process group (``server &``: it would
+        outlive the run, holding memory or a GPU); a daemon that left the group is its own
+        business.  The group's id is not reused while a member lives, so only the model's
+        own are signalled."""
+        try:
+            os.killpg(self._proc.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _stopped(code: int) -> bool:
