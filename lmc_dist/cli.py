@@ -165,9 +165,11 @@ def failed_line(failed: int, partitions: int, run_dir: str, not_run: int = 0) ->
     if not_run:
         done = partitions - failed - not_run
         kept = (f"none is kept in {run_dir}: fix the cause and run again" if not done else
-                f"{done} done are kept in {run_dir}: fix the cause and rerun with --resume")
+                f"{done} done {'is' if done == 1 else 'are'} kept in {run_dir}: fix the cause "
+                "and rerun with --resume")
         return (f"the model failed alike as it started, so the run stopped: {failed} partition"
-                f"{'s' if failed != 1 else ''} failed, {not_run} were not run and {kept}")
+                f"{'s' if failed != 1 else ''} failed, {not_run} {'was' if not_run == 1 else 'were'}"
+                f" not run and {kept}")
     if failed == partitions:
         return (f"all {partitions} partitions failed (none is kept in {run_dir}): fix the cause and "
                 "run again")

@@ -487,6 +487,10 @@ def _finish(client: Client, job: DistJob, outcomes: list[Any], manifest: dict[st
             raise LmcError(f"lost {cluster_name(job)} while writing {job.output}; the run in "
                            f"{job.run_dir} is complete (statistics in {STATS}): write the log "
                            f"with `lmc convert {job.run_dir} -o {job.output}`") from None
+        except OSError as e:     # a full disk: the run is done all the same
+            raise LmcError(f"{job.output}: cannot write: {e.strerror or e}; the run in "
+                           f"{job.run_dir} is complete (statistics in {STATS}): write the log "
+                           f"with `lmc convert {job.run_dir} -o FILE`") from None
     return stats
 
 

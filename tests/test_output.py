@@ -178,3 +178,52 @@ def test_lmc_dist_refuses_the_log_on_stdout_as_a_dash(tmp_path):
     assert ("Error: Invalid value for '--output': lmc-dist writes its statistics to stdout: give "
             "the log a file (or /dev/stdout, to have both there)") in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt"]
+
+
+def _limited(limit: int):
+    """A ``preexec_fn`` capping the size of any file the process writes (RLIMIT_FSIZE: a
+    write past it fails with EFBIG, as a full disk fails with ENOSPC; Python ignores the
+    SIGXFSZ that comes with it)."""
+    import resource
+
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def test_an_output_too_large_for_the_disk_is_named_and_leaves_nothing(tmp_path):
+    import subprocess
+
+    from conftest import BIN, DATA, toy_model_command
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(b"".join((DATA / "kjv" / "test.sample.txt").read_bytes().splitlines(True)[:300]))
+    output = tmp_path / "out" / "log.jsonl"
+    result = subprocess.run([str(BIN / "lmc"), "run", toy_model_command(), "we", str(corpus),
+                             "--output", str(output)], capture_output=True, text=True,
+                            timeout=120, preexec_fn=_limited(50_000))
+    assert (result.returncode, result.stderr) == (2, f"lmc: error: {output}: File too large\n")
+    assert list((tmp_path / "out").iterdir()) == []
+    # lmc-dist: the parts fit, the joined log does not: the run is complete all the same
+    run_dir = tmp_path / "run"
+    result = subprocess.run([str(BIN / "lmc-dist"), "run", toy_model_command(), "we", "--input",
+                             str(corpus), "--run-dir", str(run_dir), "--workers", "1",
+                             "--partition-chars", "4000", "--output", str(output), "--no-progress"],
+                            capture_output=True, text=True, timeout=300, preexec_fn=_limited(50_000))
+    assert result.returncode == 2 and result.stderr.endswith(
+        f"lmc-dist: error: {output}: cannot write: File too large; the run in {run_dir} is "
+        f"complete (statistics in _stats.json): write the log with `lmc convert {run_dir} -o "
+        "FILE`\n"), result.stderr
+    assert (run_dir / "_stats.json").exists() and list((tmp_path / "out").iterdir()) == []
+    converted = subprocess.run([str(BIN / "lmc"), "convert", str(run_dir), "-o", str(output)],
+                               capture_output=True, timeout=120)
+    assert converted.returncode == 0 and len(output.read_text().splitlines()) > 3000
+
+
+def test_an_output_replaced_keeps_its_permissions(tmp_path):
+    import os
+    import stat
+
+    output = tmp_path / "log.jsonl"
+    output.write_text("old\n")
+    os.chmod(output, 0o640)
+    result = _lmc_run("--output", str(output))
+    assert result.returncode == 0, result.stderr.decode()
+    assert stat.S_IMODE(output.stat().st_mode) == 0o640 and len(output.read_text().splitlines()) == 3

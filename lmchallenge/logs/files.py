@@ -14,11 +14,13 @@ The forms (:func:`log_form`):
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import io
 import os
 import re
 import socket
+import stat
 import sys
 import zlib
 from collections.abc import Iterable, Iterator
@@ -143,6 +145,10 @@ def check_writable(path: str, inputs: Iterable[str | None] = ()) -> None:
         raise InputError(path, None, f"cannot write: {e.strerror or e}") from None
 
 
+FULL_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+"""What a write to a full file system raises, without a file name (:func:`atomic_path` names
+its file)."""
+
 DESCRIPTOR = re.compile(r"/dev/(stdout|stderr|fd/\d+)|/proc/(self|\d+)/fd/\d+")
 """Paths that name an open file descriptor (``--output /dev/stdout >> log``): the file the
 shell opened is written through them, where it stands (appended to, not replaced)."""
@@ -181,10 +187,27 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     tmp = os.path.join(directory, f"{_temporary_prefix(final)}{os.getpid()}")
     try:
         yield tmp
+        _keep_mode_of(final, tmp)
         os.replace(tmp, final)
+    except OSError as e:    # named by the path the user gave, not the hidden temporary
+        if e.filename == tmp or (e.filename is None and e.errno in FULL_ERRORS):
+            raise OSError(e.errno, e.strerror, os.fspath(path)) from None
+        raise
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _keep_mode_of(final: str, tmp: str) -> None:
+    """Give ``tmp`` the permissions (and, where this process may, the owner) of the file
+    ``final`` it replaces: a log another user may write, or a private one, stays so."""
+    try:
+        info = os.stat(final)
+    except FileNotFoundError:
+        return
+    os.chmod(tmp, stat.S_IMODE(info.st_mode))
+    with contextlib.suppress(PermissionError):
+        os.chown(tmp, info.st_uid, info.st_gid)
 
 
 def _temporary_prefix(final: str) -> str:
