@@ -94,7 +94,7 @@ def run_options(function):
         click.option("--partition-chars", type=click.IntRange(1), metavar="N",
                      help="Target characters per partition (smaller near the end of the corpus); "
                           f"e.g. {DEFAULT_PARTITION_CHARS}. Default: partitions of estimated model "
-                          "queries, about 6 per worker (--resume: as recorded)."),
+                          "queries, about 4 to 6 per worker (--resume: as recorded)."),
         click.option("-t", "--train/--no-train", default=False,
                      help="Train the model per message, clearing it per user (as lmc run)."),
         click.option("--resume", is_flag=True, help="Finish the run in --run-dir."),
@@ -128,7 +128,10 @@ def cli() -> None:
 @click.argument("predictor")
 @click.pass_context
 def run_group(ctx, predictor):
-    """Evaluate PREDICTOR (shell command or module:Class) with a game on a Dask cluster."""
+    """Evaluate PREDICTOR (shell command or module:Class) with a game on a Dask cluster.
+
+    The run's options (--input, --run-dir, --workers, ...) follow the game: `lmc-dist run
+    PREDICTOR GAME --help` lists them."""
     ctx.obj = {"predictor": predictor}
 
 
@@ -183,7 +186,7 @@ def failed_line(failed: int, partitions: int, run_dir: str, not_run: int = 0) ->
 @run_options
 @click.pass_context
 def run_wc(ctx, next_word_only, **kw):
-    """Word completion."""
+    """Word completion: next-word prediction and prefix completion (Hit@N, MRR, keystroke savings)."""
     _execute(ctx, GameSpec("wc", {"next_word_only": next_word_only}), kw)
 
 
@@ -191,7 +194,7 @@ def run_wc(ctx, next_word_only, **kw):
 @run_options
 @click.pass_context
 def run_we(ctx, **kw):
-    """Word entropy."""
+    """Word entropy: log-probability (nats) of each word (cross-entropy)."""
     _execute(ctx, GameSpec("we"), kw)
 
 
@@ -199,7 +202,7 @@ def run_we(ctx, **kw):
 @run_options
 @click.pass_context
 def run_ce(ctx, **kw):
-    """Character entropy."""
+    """Character entropy: log-probability (nats) of each character (cross-entropy)."""
     _execute(ctx, GameSpec("ce"), kw)
 
 
@@ -208,7 +211,8 @@ def run_ce(ctx, **kw):
 @run_options
 @click.pass_context
 def run_wr(ctx, vocab, seed, num_candidates, error_chars, p_anykey, **kw):
-    """Word reranking (VOCAB: a word list every worker can read)."""
+    """Word reranking: rescoring candidates for corrupted words (Hit@1); VOCAB: a word list
+    every worker can read."""
     import os
     _execute(ctx, GameSpec("wr", {"vocab": os.path.abspath(vocab), "seed": seed,
                                   "num_candidates": num_candidates, "error_chars": error_chars,

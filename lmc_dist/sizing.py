@@ -22,7 +22,8 @@ matters for :data:`MIN_PARTITION_QUERIES` and :data:`MAX_PARTITION_QUERIES`.
 from its first :data:`SAMPLE_BYTES` (cost per byte times the file's size), divided into
 ``PARTITIONS_PER_WORKER`` full-size partitions per worker; the last ``workers`` partitions'
 worth is tapered (guided self-scheduling with the worker count as divisor,
-:func:`lmc_dist.partition.taper_limit`), which gives about 6 partitions per worker in all.
+:func:`lmc_dist.partition.taper_limit`), which gives about 4 to 6 partitions per worker in
+all.
 The chosen :class:`PartitionSize` is recorded in the manifest, and ``--resume`` cuts with
 the recorded size whatever the cluster it runs on; the cut is a function of (corpus, game,
 recorded size) alone.

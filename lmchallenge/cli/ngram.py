@@ -38,14 +38,14 @@ def cli() -> None:
 @click.option("--chars", is_flag=True, help="A character model (for the ce game).")
 @click.option("--min-count", type=click.IntRange(min=1), default=1, show_default=True,
               help="Units seen fewer times are not in the vocabulary.")
-@click.option("--format", "fmt", type=click.Choice(["auto", "text", "json"]), default="auto",
+@click.option("-f", "--format", "fmt", type=click.Choice(["auto", "text", "json"]), default="auto",
               show_default=True,
               help="Corpus format: plain text (a message a line) or marked-up jsonlines "
                    "({\"text\": ...}); auto looks at the first non-blank line.  .gz is read transparently.")
 @click.option("-v", "--verbose", is_flag=True, help="Print counts and timings on stderr.")
 def train(corpus: str, output: str, order: int | None, chars: bool, min_count: int,
           fmt: str, verbose: bool) -> None:
-    """Train a model on CORPUS and write it to OUTPUT."""
+    """Train a model on CORPUS and write it to the file of -o/--output."""
     unit = "char" if chars else "word"
     if order is None:
         order = DEFAULT_CHAR_ORDER if chars else DEFAULT_WORD_ORDER

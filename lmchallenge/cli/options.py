@@ -153,8 +153,8 @@ def partial_option(command: Callable) -> Callable:
 
     return click.option(
         "--partial", is_flag=True,
-        help="Read an unfinished lmc-dist run dir's finished partitions (statistics say "
-             "\"partial\": true and the coverage) instead of refusing it.")(read)
+        help="Read an unfinished lmc-dist run dir's finished partitions instead of refusing "
+             "it (statistics then say \"partial\": true and the coverage).")(read)
 
 
 def single_log(logs: Sequence[str]) -> str:

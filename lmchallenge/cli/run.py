@@ -120,7 +120,7 @@ corpus_argument = click.argument("corpus", default="-", required=False)
 @run_options
 @click.pass_context
 def cli_wc(ctx, next_word_only, corpus, **run):
-    """Word completion: next-word prediction and prefix completion (Hit@N, MRR, keystrokes)."""
+    """Word completion: next-word prediction and prefix completion (Hit@N, MRR, keystroke savings)."""
     _run(ctx, GameSpec("wc", {"next_word_only": next_word_only}), corpus, run)
 
 
@@ -148,7 +148,7 @@ def cli_ce(ctx, corpus, **run):
 @run_options
 @click.pass_context
 def cli_wr(ctx, vocab, seed, num_candidates, error_chars, p_anykey, corpus, **run):
-    """Word reranking: rescoring candidates for corrupted words (accuracy).
+    """Word reranking: rescoring candidates for corrupted words (Hit@1).
 
     VOCAB is a word list, one word per line; candidates are drawn from it.
     """
