@@ -36,7 +36,7 @@ from lmchallenge.errors import LmcError, ModelError
 from lmchallenge.tuning import DASK_EMBEDDED_CONFIG
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.logs.convert import convert_file, join_logs
-from lmchallenge.logs.files import check_writable, file_form
+from lmchallenge.logs.files import check_parquet_name, check_writable, file_form
 from lmchallenge.logs.rundir import STATS, changed_part, finished_part
 from lmchallenge.model.files import changed, named_files
 from lmchallenge.model.spec import PredictorSpec
@@ -330,6 +330,9 @@ def execute(job: DistJob) -> RunReport:
     started = time.monotonic()
     if job.output:
         check_writable(job.output, (job.input, job.game.options.get("vocab")))  # before any work
+    if job.out_format == "parquet":
+        check_parquet_name(os.path.abspath(job.run_dir), "the run dir's path, which its "
+                           "Parquet parts' paths hold,", "write jsonl parts (--part-format jsonl)")
     if job.resume and not os.path.exists(job.run_dir) and "://" not in job.run_dir:
         raise LmcError(f"{job.run_dir}: no such run dir to resume (without --resume, lmc-dist "
                        "run starts a run there)")

@@ -227,3 +227,38 @@ def test_an_output_replaced_keeps_its_permissions(tmp_path):
     result = _lmc_run("--output", str(output))
     assert result.returncode == 0, result.stderr.decode()
     assert stat.S_IMODE(output.stat().st_mode) == 0o640 and len(output.read_text().splitlines()) == 3
+
+
+def test_a_parquet_name_that_is_not_utf_8_is_refused_not_a_traceback(tmp_path):
+    """pyarrow opens only UTF-8 paths: a name of other bytes (kept by Python as surrogates)
+    ended every Parquet write and read, and every Parquet part of such a run dir, in a
+    UnicodeEncodeError traceback."""
+    import os
+    import subprocess
+
+    from conftest import BIN, toy_model_command
+    odd = os.fsdecode(b"caf\xe9")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("in the beginning\n")
+    for argv, name in (
+            (["lmc", "run", toy_model_command(), "we", str(corpus), "--output"], odd + ".parquet"),
+            (["lmc", "convert", str(LOGS / "kjv.o1.we.jsonl"), "-o"], odd + ".parquet"),
+            (["lmc", "stats"], odd + ".parquet")):
+        path = str(tmp_path / name)
+        if argv[1] == "stats":
+            write_log(list(read_log(str(LOGS / "kjv.o1.we.jsonl"))), path.replace(odd, "ok"), game="we")
+            os.rename(path.replace(odd, "ok"), path)
+        result = subprocess.run([str(BIN / argv[0]), *argv[1:], path], capture_output=True, timeout=120)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.endswith(b": a Parquet file's name is not UTF-8, and pyarrow opens no "
+                                      b"other Parquet file: rename it, or use jsonl\n"), result.stderr
+    run_dir = tmp_path / odd
+    result = subprocess.run([str(BIN / "lmc-dist"), "run", toy_model_command(), "we", "--input",
+                             str(corpus), "--run-dir", str(run_dir)], capture_output=True, timeout=120)
+    assert result.returncode == 2 and result.stderr.endswith(
+        b" is not UTF-8, and pyarrow opens no other Parquet file: rename it, or write jsonl parts "
+        b"(--part-format jsonl)\n") and not run_dir.exists()
+    result = subprocess.run([str(BIN / "lmc-dist"), "run", toy_model_command(), "we", "--input",
+                             str(corpus), "--run-dir", str(run_dir), "--part-format", "jsonl"],
+                            capture_output=True, timeout=120)
+    assert result.returncode == 0, result.stderr

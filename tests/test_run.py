@@ -450,3 +450,27 @@ def test_a_corpus_truncated_under_lmc_run_fails_it(tmp_path):
                                     "messages when it was checked, ")
     assert result.stderr.endswith(" when it was read): its log would be of no one version of the "
                                   "corpus; run again on a corpus that stays as it is\n")
+
+
+def test_closed_standard_streams_read_as_empty_and_discard_output(tmp_path):
+    """`>&-` and `<&-` (a cron line, a daemon): Python leaves sys.stdout None, and every
+    command ended in an AttributeError traceback; lmc-dist did after committing its run."""
+    import shlex
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("in the beginning\n")
+    lmc = shlex.join(lmc_command())
+    dist = shlex.quote(str(Path(lmc_command()[0]).with_name("lmc-dist")))
+    model = shlex.quote(toy_model_command())
+    output = tmp_path / "log.jsonl"
+    for line in (f"{lmc} run {model} we {corpus} --output {output} >&-",
+                 f"{lmc} stats {output} >&-",
+                 f"{lmc} run {model} we - <&- >&-",
+                 f"{dist} run {model} we --input {corpus} --run-dir {tmp_path / 'run'} >&-"):
+        result = subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0 and "Traceback" not in result.stderr, (line, result.stderr)
+    assert len(output.read_text().splitlines()) == 3
+    assert json.loads((tmp_path / "run" / "_stats.json").read_text())["entropy"]["hit"] == 1.0
+    empty = subprocess.run(["sh", "-c", f"{lmc} run {model} we - <&-"], capture_output=True,
+                           timeout=120)
+    assert (empty.returncode, empty.stdout) == (0, b"")

@@ -189,6 +189,7 @@ def run_command(command: click.Command, argv: list[str] | None, prog: str,
         hint: what to do after an interruption (printed after it).
     """
     args = sys.argv[1:] if argv is None else list(argv)
+    _reopen_closed_streams()
     if threading.current_thread() is threading.main_thread():
         # left in place: the process exits after this (restored, a SIGTERM in between would
         # end in a traceback)
@@ -223,6 +224,22 @@ def run_command(command: click.Command, argv: list[str] | None, prog: str,
             _quiet_stdout()
             _fail(prog, f"cannot write the output: {e.strerror}")
         _fail(prog, f"{e.filename}: {e.strerror or e}")
+
+
+def _reopen_closed_streams() -> None:
+    """Open ``/dev/null`` on a standard descriptor the shell closed (``>&-``, ``<&-``), as
+    the C library's programs do at start: Python leaves ``sys.stdout`` None there (a
+    traceback at the first write: after an ``lmc-dist`` run had committed, its exit code
+    said it failed), and the next file or pipe opened would take the descriptor's number
+    (a model's pipe on descriptor 1).  Its output is then discarded; a closed input reads
+    as empty."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)      # the lowest free descriptor: this one
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, mode, closefd=False))
 
 
 def raise_terminated(signum: int, frame: Any) -> None:

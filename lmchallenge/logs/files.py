@@ -109,6 +109,21 @@ def read_errors(path: str) -> Iterator[None]:
         raise InputError(path, None, f"cannot read: {e}") from None
 
 
+def check_parquet_name(path: str | os.PathLike, what: str = "a Parquet file's name",
+                       instead: str = "use jsonl") -> None:
+    """Refuse a Parquet path that is not UTF-8 (bytes the file system's encoding could not
+    decode, kept as surrogates): pyarrow opens no other, and failed with a traceback.
+
+    Raises:
+        InputError: naming the path and what to do.
+    """
+    try:
+        os.fspath(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(os.fspath(path), None, f"{what} is not UTF-8, and pyarrow opens no "
+                                                f"other Parquet file: rename it, or {instead}") from None
+
+
 def check_writable(path: str, inputs: Iterable[str | None] = ()) -> None:
     """Check that a file can be created at ``path`` (its folder made if missing), before any
     work is done for it, and that it is none of the files ``inputs`` (paths; ``-``, None
@@ -124,6 +139,8 @@ def check_writable(path: str, inputs: Iterable[str | None] = ()) -> None:
                                          "(a pipe, a device, or a descriptor such as /dev/stdout); "
                                          "write .jsonl or .jsonl.gz to it")
         return
+    if file_form(os.fspath(path)) == "parquet":
+        check_parquet_name(path)
     for source in inputs:
         if source and source != "-" and _same_file(source, path):
             raise InputError(path, None, f"cannot write: it is the input {source}, which the "

@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lmchallenge.errors import InputError, LmcError
-from lmchallenge.logs.files import atomic_path, is_parquet_name, run_dir_parts
+from lmchallenge.logs.files import atomic_path, check_parquet_name, is_parquet_name, run_dir_parts
 from lmchallenge.logs.schema import (COMMON_COLUMNS, GAMES, OPTIONAL_COLUMNS, PAYLOAD_COLUMNS, Datum,
                                       detect_game)
 
@@ -418,6 +418,7 @@ def open_parquet(path: str, read_dictionary: Sequence[str] | None = None) -> pq.
 
     ``read_dictionary`` names (Parquet column paths) string columns to read as dictionary
     arrays (decoding each distinct string once per row group)."""
+    check_parquet_name(path)
     try:
         return pq.ParquetFile(path, read_dictionary=read_dictionary)
     except FileNotFoundError:
