@@ -20,6 +20,7 @@ from lmchallenge.cli.options import (FiniteFloatRange, JsonOption, model_options
                                      run_command, set_verbosity, window_option)
 from lmchallenge.cli.uncertainty import bootstrap_options, settings_of, wanted
 
+from lmc_dist import manifest as mf
 from lmc_dist import reduce
 from lmc_dist.connection import checked_address
 from lmc_dist.job import DEFAULT_PARTITION_CHARS, DistJob, execute
@@ -152,7 +153,15 @@ def _execute(ctx, game: GameSpec, kw: dict) -> None:
     uncertainty = {name: kw.pop(name) for name in ("confidence", "resamples", "ci_seed", "ci_method")}
     intervals = settings_of(uncertainty) if wanted(uncertainty) else None
     job = DistJob(predictor=predictor, game=game, input=kw.pop("input_path"), intervals=intervals, **kw)
-    report = execute(job)
+    try:
+        report = execute(job)
+    except KeyboardInterrupt as e:   # Ctrl-C or SIGTERM: after the commit, the run is whole
+        if (mf.load(job.run_dir) or {}).get("finished"):
+            e.hint = (f"the run had committed: it is complete in {job.run_dir} (statistics in "
+                      f"{rundir.STATS})" + (f"; if {job.output} is not there, write it with "
+                                            f"`lmc convert {job.run_dir} -o {job.output}`"
+                                            if job.output else ""))
+        raise
     if report.failed:
         for message in report.failed:
             sys.stderr.write(f"lmc-dist: error: {message}\n")

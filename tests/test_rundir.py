@@ -657,3 +657,26 @@ def test_a_corpus_changed_under_lmc_dist_is_never_committed(tmp_path, change):
                                  "stays as it is\n")
     assert not (run_dir / "_stats.json").exists() and not (tmp_path / "log.jsonl").exists()
     assert lmc("stats", str(run_dir)).returncode == 2
+
+
+def test_a_run_stopped_after_its_commit_says_it_is_complete(tmp_path):
+    """SIGTERM (a batch scheduler's time limit) after the commit, here while --output waits
+    for a reader: the run is complete, and the last line said to rerun with --resume."""
+    corpus = tagged_corpus(tmp_path / "corpus.txt", 20)
+    run_dir, fifo = tmp_path / "run", tmp_path / "log.jsonl"
+    os.mkfifo(fifo)      # nobody reads it: writing --output waits there, after the commit
+    proc = start(run_args(corpus, run_dir, extra=("--workers", "1", "--no-progress",
+                                                  "--output", str(fifo))))
+    deadline = time.monotonic() + 120
+    while not (run_dir / "_stats.json").exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143
+    assert err.decode().endswith(
+        f"lmc-dist: terminated; the run had committed: it is complete in {run_dir} (statistics "
+        f"in _stats.json); if {fifo} is not there, write it with `lmc convert {run_dir} -o "
+        f"{fifo}`\n"), err.decode()
+    assert lmc("stats", str(run_dir)).returncode == 0

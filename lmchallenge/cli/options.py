@@ -186,7 +186,8 @@ def run_command(command: click.Command, argv: list[str] | None, prog: str,
         command: the click group or command.
         argv: the arguments (None: ``sys.argv[1:]``).
         prog: the program name, for messages.
-        hint: what to do after an interruption (printed after it).
+        hint: what to do after an interruption (printed after it), unless the interruption
+            carries a ``hint`` attribute of its own (set by the command that knows better).
     """
     args = sys.argv[1:] if argv is None else list(argv)
     _reopen_closed_streams()
@@ -211,6 +212,7 @@ def run_command(command: click.Command, argv: list[str] | None, prog: str,
         _fail(prog, str(e))
     except (KeyboardInterrupt, click.exceptions.Abort) as e:
         terminated = isinstance(e, Terminated)
+        hint = getattr(e, "hint", None) or hint     # the command's own, where it knows better
         sys.stderr.write(f"{prog}: {'terminated' if terminated else 'interrupted'}"
                          f"{'; ' + hint if hint else ''}\n")
         sys.exit(143 if terminated else 130)
