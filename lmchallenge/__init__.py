@@ -10,7 +10,9 @@ Python API (as LM Challenge 5.x)::
 * models: :class:`Model`, :class:`WordModel`, :class:`FilteringWordModel`, :class:`ShellModel`;
 * logs: :func:`load_jsonlines`, :func:`dump_jsonlines`, and the modules ``stats``,
   ``validate``, ``grep``, ``pretty``, ``diff`` as 5.x names them (now in
-  :mod:`lmchallenge.stats` and :mod:`lmchallenge.analysis`).
+  :mod:`lmchallenge.stats` and :mod:`lmchallenge.analysis`; ``import lmchallenge.grep``
+  and the others work too), ``lmchallenge.core.model`` (the model classes) and
+  ``lmchallenge.run`` (the games), 5.x's paths; ``python -m lmchallenge`` is ``lmc``.
 
 The layers of the package are described in docs/architecture.md.
 
@@ -31,13 +33,14 @@ _ATTRIBUTES = {
     "WORD_TOKENIZER": "tokenize", "CHARACTER_TOKENIZER": "tokenize",
 }
 _SUBMODULES = {"stats": "stats", "validate": "analysis.validate", "grep": "analysis.grep",
-               "pretty": "analysis.pretty", "diff": "analysis.diff", "convert": "logs.convert"}
+               "pretty": "analysis.pretty", "diff": "analysis.diff", "convert": "logs.convert",
+               "core": "core", "run": "run"}
 """The 5.x module names (``lmc.stats.stats``, ``lmc.grep.grep``, ...) and where they live now."""
 
 __all__ = [
     "wc", "we", "ce", "wr", "Model", "WordModel", "FilteringWordModel", "ShellModel",
     "load_jsonlines", "dump_jsonlines", "stats", "validate", "grep", "pretty", "diff",
-    "WORD_TOKENIZER", "CHARACTER_TOKENIZER",
+    "WORD_TOKENIZER", "CHARACTER_TOKENIZER", "core", "run",
 ]
 
 

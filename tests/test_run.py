@@ -474,3 +474,35 @@ def test_closed_standard_streams_read_as_empty_and_discard_output(tmp_path):
     empty = subprocess.run(["sh", "-c", f"{lmc} run {model} we - <&-"], capture_output=True,
                            timeout=120)
     assert (empty.returncode, empty.stdout) == (0, b"")
+
+
+def test_a_python_model_is_run_in_a_with_block_as_lm_challenge_5_does(tmp_path):
+    """LM Challenge 5.x runs a module:Class model as `with Class(**options) as model`: a
+    model made ready in __enter__ (or whose __enter__ returns another object) failed here,
+    as __exit__ alone was called."""
+    (tmp_path / "ctxmodels.py").write_text(
+        "import lmchallenge as lmc\n"
+        "class Lazy(lmc.Model):\n"
+        "    def __init__(self, done):\n"
+        "        self.words, self.done = None, done\n"
+        "    def __enter__(self):\n"
+        "        self.words = {'the': -1.0, 'cat': -2.0}\n"
+        "        return self\n"
+        "    def __exit__(self, *exc):\n"
+        "        open(self.done, 'w').write('left')\n"
+        "    def predict(self, context, candidates):\n"
+        "        return [(c, self.words[c]) for c in candidates or () if c in self.words]\n"
+        "class Outer:\n"
+        "    def __enter__(self):\n"
+        "        return Lazy('unused').__enter__()\n"
+        "    def __exit__(self, *exc):\n"
+        "        pass\n")
+    done = tmp_path / "done"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    for spec, options in (("ctxmodels:Lazy", ["-o", json.dumps({"done": str(done)})]),
+                          ("ctxmodels:Outer", [])):
+        result = subprocess.run([*lmc_command(), "run", *options, spec, "we"], input=b"the cat of\n",
+                                capture_output=True, env=env, timeout=120)
+        assert result.returncode == 0, result.stderr.decode()
+        assert [json.loads(line)["logp"] for line in result.stdout.splitlines()] == [-1.0, -2.0, None]
+    assert done.read_text() == "left"

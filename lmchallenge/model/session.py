@@ -74,6 +74,7 @@ class InProcessModel:
         model: the Python object.
         name: how messages name it (the ``module:Class`` spec; default the type's name).
         batch_size: most predicts per ``predict_batch`` call (``None``: as above).
+        context: the object whose ``__enter__`` returned ``model``, left at :meth:`close`.
     Raises:
         ModelError: (from :meth:`stream_batches`) the model raised (its type and message
             are named, the exception is chained), ``predict_batch`` returned a wrong number
@@ -81,8 +82,10 @@ class InProcessModel:
             An :class:`~lmchallenge.errors.LmcError` the model raises goes through as it is.
     """
 
-    def __init__(self, model: Any, name: str | None = None, batch_size: int | None = None):
+    def __init__(self, model: Any, name: str | None = None, batch_size: int | None = None,
+                 context: Any = None):
         self.model = model
+        self.context = context
         self.name = name or python_name(model)
         self.batch_size = batch_size or getattr(model, "predict_batch_size", None) or 64
         self._warned_duplicates = False
@@ -93,8 +96,11 @@ class InProcessModel:
         return getattr(self.model, attribute)
 
     def close(self) -> None:
-        """Close the model if it has ``close`` or ``__exit__``."""
-        if hasattr(self.model, "close"):
+        """Leave the model's ``context`` (``__exit__`` of the object whose ``__enter__`` made
+        it), else close the model if it has ``close`` or ``__exit__``."""
+        if self.context is not None:
+            self.context.__exit__(None, None, None)
+        elif hasattr(self.model, "close"):
             self.model.close()
         elif hasattr(self.model, "__exit__"):
             self.model.__exit__(None, None, None)

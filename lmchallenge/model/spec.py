@@ -138,7 +138,12 @@ class PredictorSpec:
         """
         options = dict(self.options or {})
         if self.is_python:
-            return InProcessModel(construct(self.spec, options, game), self.spec)
+            made = construct(self.spec, options, game)
+            if hasattr(made, "__enter__") and hasattr(made, "__exit__"):   # LM Challenge 5.x
+                # runs a Python model in a `with` block: what __enter__ returns is the model
+                return InProcessModel(started(self.spec, made.__enter__, {}), self.spec,
+                                      context=made)
+            return InProcessModel(made, self.spec)
         return ShellModel(self.spec, options, timeout=self.timeout, window=self.window,
                           echo_stderr=echo_stderr, game=game)
 

@@ -1,0 +1,5 @@
+"""``python -m lmchallenge`` is ``lmc``."""
+
+from lmchallenge.cli import main
+
+main()
