@@ -18,7 +18,7 @@ from lmchallenge.cli.game_options import wr_options
 from lmchallenge.cli.order import OptionsAfterGame
 from lmchallenge.cli.options import (FiniteFloatRange, JsonOption, model_options, partial_option,
                                      run_command, set_verbosity, window_option)
-from lmchallenge.cli.uncertainty import bootstrap_options, settings_of, wanted
+from lmchallenge.cli.uncertainty import bootstrap_options, settings_of, wanted, warn_if_few_resamples
 
 from lmc_dist import manifest as mf
 from lmc_dist import reduce
@@ -152,6 +152,8 @@ def _execute(ctx, game: GameSpec, kw: dict) -> None:
                               window=kw.pop("window"))
     uncertainty = {name: kw.pop(name) for name in ("confidence", "resamples", "ci_seed", "ci_method")}
     intervals = settings_of(uncertainty) if wanted(uncertainty) else None
+    if intervals is not None:
+        warn_if_few_resamples(intervals)
     job = DistJob(predictor=predictor, game=game, input=kw.pop("input_path"), intervals=intervals, **kw)
     try:
         report = execute(job)
@@ -181,7 +183,7 @@ def failed_line(failed: int, partitions: int, run_dir: str, not_run: int = 0) ->
                 "and rerun with --resume")
         return (f"the model failed alike as it started, so the run stopped: {failed} partition"
                 f"{'s' if failed != 1 else ''} failed, {not_run} {'was' if not_run == 1 else 'were'}"
-                f" not run and {kept}")
+                f" not run and {kept} (the next run there does not stop so)")
     if failed == partitions:
         return (f"all {partitions} partitions failed (none is kept in {run_dir}): fix the cause and "
                 "run again")
@@ -239,7 +241,9 @@ def stats_cmd(run_dir, **uncertainty):
     if uncertainty["confidence"] is not None:
         from lmchallenge.stats.bootstrap import holding
 
-        stats["ci"] = holding(reduce.run_dir_intervals(run_dir, settings_of(uncertainty)), stats)
+        settings = settings_of(uncertainty)
+        warn_if_few_resamples(settings)
+        stats["ci"] = holding(reduce.run_dir_intervals(run_dir, settings), stats)
     stats.update(rundir.coverage(run_dir) or {})
     sys.stdout.write(json.dumps(stats, sort_keys=True) + "\n")
 

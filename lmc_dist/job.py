@@ -55,6 +55,9 @@ from lmc_dist.worker import (PLUGIN_NAME, ModelPool, PartitionTask, evaluate_par
                              finish_models, part_name)
 
 LOG = logging.getLogger(__name__)
+STOPPED_EARLY = "stopped_early"
+"""Manifest key: the run stopped when its model failed alike as it started
+(:func:`_run_partitions`); the next run in the run dir does not stop so."""
 DEFAULT_PARTITION_CHARS = 100_000
 """The size of a partition before sizes were chosen for the cluster (now only a suggestion
 for ``--partition-chars``)."""
@@ -342,6 +345,7 @@ def execute(job: DistJob) -> RunReport:
 
 def _execute_locked(job: DistJob, started: float) -> RunReport:
     old = mf.load(job.run_dir)
+    stopped_before = bool(old and old.get(STOPPED_EARLY))
     if old is not None and _nothing_done(job.run_dir, old):
         LOG.warning("%s holds a run none of whose partitions is done: starting it anew",
                     job.run_dir)
@@ -350,7 +354,7 @@ def _execute_locked(job: DistJob, started: float) -> RunReport:
         raise LmcError(f"{job.run_dir} already holds a run (_manifest.json): use --resume to "
                        "finish it, or a new --run-dir")
     with scanned_while_connecting(job, old) as (client, scanned):
-        report = _run_scanned(job, client, scanned, old)
+        report = _run_scanned(job, client, scanned, old, may_stop_early=not stopped_before)
     commit.remove_leftovers(job.run_dir)
     report.seconds = time.monotonic() - started     # the cluster's shutdown included
     return report
@@ -412,9 +416,12 @@ def in_background(function: Any, *args: Any, **kwargs: Any) -> Future:
     return future
 
 
-def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any] | None) -> RunReport:
+def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any] | None,
+                 may_stop_early: bool = True) -> RunReport:
     """Record the run in its manifest, run the partitions still to do and commit the run
-    (when all of them succeeded); the report's ``seconds`` is left for the caller."""
+    (when all of them succeeded); the report's ``seconds`` is left for the caller.  With
+    ``may_stop_early`` the run stops when its model fails alike as it starts
+    (:func:`_run_partitions`)."""
     if job.out_format == "parquet":
         scanned.users.check_parquet(job.input, "write the parts as jsonl (--part-format jsonl)")
     if job.output and file_form(job.output) == "parquet":
@@ -442,19 +449,22 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
     workers = workers_of(client, job) or (job.workers or 1)
     if client.dashboard_link and _dashboard_address() is not None or job.scheduler:
         LOG.warning("dask dashboard: %s", client.dashboard_link)
-    outcomes, errors, not_run = _run_partitions(client, job, tasks, manifest)
+    outcomes, errors, not_run = _run_partitions(client, job, tasks, manifest, may_stop_early)
     gone = _check_models(client, job, manifest)
     for _ in range(job.retries):   # partitions removed after they were done: made again
         if not gone or not_run:
             break
         again, errors_again, not_run = _run_partitions(client, job, [tasks[i] for i in sorted(gone)],
-                                                       manifest)
+                                                       manifest, may_stop_early)
         outcomes.update(again)
         errors.update(errors_again)
         gone = _check_models(client, job, manifest)
     errors.update(gone)
     if not errors:      # a corpus rewritten under the run: its parts are of two versions
-        check_unchanged(scanned.path, scanned.version, what="lmc-dist")
+        check_unchanged(scanned.path, scanned.version, what="lmc-dist",
+                        again="if only its modification time changed (a touch), --resume "
+                              "finishes the run (it checks the corpus' content), else start "
+                              "again in a new --run-dir")
     stats = None if errors else _finish(client, job, [outcomes[i] for i in range(len(tasks))],
                                         manifest)
     tokens = sum(p.get("rows") or 0 for p in manifest["partitions"] if p["state"] == "done")
@@ -598,12 +608,17 @@ def summary_now(client: Client, future: Any) -> dict[str, Any]:
     return submit(client, _summary, future, pure=False).result()
 
 
-def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], manifest: dict[str, Any]
+def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], manifest: dict[str, Any],
+                    may_stop_early: bool = True
                     ) -> tuple[dict[int, Any], dict[int, BaseException], set[int]]:
     """Submit every partition (finished ones only re-read their file, or are made again where
     it cannot be read), track them to the end,
-    recording each in the manifest as soon as its task ends; stop early (the tasks not
-    ended cancelled) when the model fails alike as it starts (:class:`StartFailures`).
+    recording each in the manifest as soon as its task ends.  With ``may_stop_early``, stop
+    (the tasks not ended cancelled, :data:`STOPPED_EARLY` set in the manifest) when the model
+    fails alike as it starts (:class:`StartFailures`) before any partition succeeded: a
+    model that cannot start never finishes one.  A model that fails on what the first
+    requests of two partitions hold (a batching model reads many before it answers) looks
+    the same; the flag lets the next run in the run dir go all the way.
 
     Returns:
         (futures of the partition outcomes by index, errors of failed partitions by index,
@@ -629,6 +644,7 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], ma
     errors: dict[int, BaseException] = {}
     at_start = StartFailures()
     ended: set[int] = set()
+    succeeded = False
     bar = tqdm(total=len(tasks), unit="part", file=sys.stderr, dynamic_ncols=True,
                disable=not (sys.stderr.isatty() if job.progress is None else job.progress))
     tokens = 0
@@ -643,11 +659,13 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], ma
             if future.status == "error":
                 errors[index] = future.exception()
                 entry.update(state="failed", error=str(errors[index]))
-                if at_start.stop(index, errors[index]):
+                if may_stop_early and not succeeded and at_start.stop(index, errors[index]):
                     client.cancel([f for f, i in futures.items() if i not in ended])
+                    manifest[STOPPED_EARLY] = True
                     mf.save(job.run_dir, manifest)
                     break
             else:
+                succeeded = True
                 summary = summary_now(client, future)
                 tokens += summary["rows"]
                 entry.update(state="done", rows=summary["rows"], bytes=summary["bytes"],

@@ -109,9 +109,11 @@ def file_version(path: str) -> FileVersion | None:
 
 
 def check_unchanged(path: str, before: FileVersion | None, messages: int | None = None,
-                    read: int | None = None, what: str = "this run") -> None:
+                    read: int | None = None, what: str = "this run",
+                    again: str = "run again on a corpus that stays as it is") -> None:
     """Refuse a corpus that changed while ``what`` read it: its :func:`file_version` is not
-    ``before`` any more, or ``read`` messages were read where ``messages`` were counted.
+    ``before`` any more, or ``read`` messages were read where ``messages`` were counted;
+    ``again`` says what to do.
 
     Raises:
         InputError: naming ``path``: the log would be of no one version of the corpus.
@@ -122,8 +124,7 @@ def check_unchanged(path: str, before: FileVersion | None, messages: int | None 
     how = (f"{messages} messages when it was checked, {read} when it was read"
            if messages != read else "another size or modification time, or replaced")
     raise InputError(path, None, f"changed while {what} read it ({how}): its log would be of "
-                                 "no one version of the corpus; run again on a corpus that "
-                                 "stays as it is")
+                                 f"no one version of the corpus; {again}")
 
 
 def whole_line_blocks(read: Callable[[int], bytes], size: int = 1 << 16) -> Iterator[bytes]:

@@ -587,6 +587,20 @@ def _wait_gone(pid: int, seconds: float = 10.0) -> None:
         time.sleep(0.05)
 
 
+def test_a_model_started_by_a_launcher_that_exits_is_served(tmp_path):
+    """setsid forks when it leads its process group (a model always does) and exits while
+    the model it started answers: an exit must not be taken for the model's end while its
+    output is open."""
+    import shutil
+
+    if shutil.which("setsid") is None:
+        pytest.skip("no setsid (util-linux) on this machine")
+    result = lmc("run", "--timeout", "20", "--window", "1",
+                 f"setsid {toy_model_command('--delay', '0.7')}", "we", stdin=b"the lord\n")
+    assert result.returncode == 0, result.stderr.decode()
+    assert [json.loads(line)["logp"] for line in result.stdout.splitlines()] == [-3.0, -5.0]
+
+
 def test_a_child_the_model_leaves_running_neither_delays_the_run_nor_outlives_it(tmp_path):
     """A model that starts `sleep &` (a server, a helper) before it answers: the child holds
     the model's output open, so the end of the output, by which lmc saw the model end, came
@@ -597,9 +611,10 @@ def test_a_child_the_model_leaves_running_neither_delays_the_run_nor_outlives_it
     assert result.returncode == 0, result.stderr.decode()
     assert [json.loads(line)["target"] for line in result.stdout.splitlines()] == ["the", "lord"]
     _wait_gone(int(pid_file.read_text()))
-    # exiting at once: said as such, at once, not as an answer late by --timeout
+    # exiting at once: said as such (at once where its input is found closed, else when the
+    # answer is late: a launcher such as setsid exits while what it started answers)
     quitter = tmp_path / "quitter.sh"
     quitter.write_text(f"sleep 300 &\necho $! > {pid_file}\nexit 0\n")
-    result = lmc("run", "--timeout", "120", f"sh {quitter}", "we", stdin=b"the lord\n", timeout=60)
+    result = lmc("run", "--timeout", "3", f"sh {quitter}", "we", stdin=b"the lord\n", timeout=60)
     assert "model 'sh " in failed(result) and "exited (code 0) before answering" in failed(result)
     _wait_gone(int(pid_file.read_text()))

@@ -262,3 +262,34 @@ def test_a_parquet_name_that_is_not_utf_8_is_refused_not_a_traceback(tmp_path):
                              str(corpus), "--run-dir", str(run_dir), "--part-format", "jsonl"],
                             capture_output=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_log_through_a_descriptor_shares_its_position_with_what_else_is_written(tmp_path):
+    """The log was written through a file opened anew on /dev/stdout: its position was not
+    the shell's, and what the shell (or lmc-dist's statistics line) wrote after it landed on
+    the log's first records.  However the descriptor is spelt, or linked to."""
+    import os
+    import shlex
+    import subprocess
+
+    from conftest import BIN, toy_model_command
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("in the beginning\n")
+    link = tmp_path / "link.jsonl"
+    os.symlink("/dev/stdout", link)
+    lmc, model = shlex.quote(str(BIN / "lmc")), shlex.quote(toy_model_command())
+    for spelling in ("/dev/stdout", "//dev/./stdout", str(link)):
+        out = tmp_path / "out.txt"
+        subprocess.run(["sh", "-c", f"{{ echo header; {lmc} run {model} we {corpus} --output "
+                        f"{shlex.quote(spelling)}; echo footer; }} > {out}"], check=True, timeout=120)
+        lines = out.read_text().splitlines()
+        assert lines[0] == "header" and lines[-1] == "footer" and len(lines) == 5, (spelling, lines)
+        assert [json.loads(line)["target"] for line in lines[1:4]] == ["in", "the", "beginning"]
+    dist = subprocess.run([str(BIN / "lmc-dist"), "run", toy_model_command(), "we", "--input",
+                           str(corpus), "--run-dir", str(tmp_path / "run"), "--output", "/dev/stdout"],
+                          capture_output=True, timeout=300)
+    lines = dist.stdout.decode().splitlines()
+    assert len(lines) == 4 and [json.loads(line).get("target") for line in lines[:3]] == [
+        "in", "the", "beginning"] and "entropy" in json.loads(lines[3])
+    full = _lmc_run("--output", "/dev/full")
+    assert (full.returncode, full.stderr) == (2, b"lmc: error: /dev/full: No space left on device\n")

@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from conftest import BIN, toy_model_command
+from conftest import BIN, PYTHON, toy_model_command
 from rundirs import (done_parts, lmc, lmc_dist, partition_lines, requests_per_line, run_args,
                      start, tagged_corpus)
 from test_dist import concatenated, lmc_run
@@ -229,16 +229,56 @@ def test_a_model_that_cannot_start_stops_the_run_after_two_partitions(tmp_path):
     assert lines[-2] == "(the same error stopped 1 more partition: 1)"
     assert lines[-1] == (f"lmc-dist: error: the model failed alike as it started, so the run "
                          f"stopped: 2 partitions failed, {total - 2} were not run and none is kept "
-                         f"in {run_dir}: fix the cause and run again")
+                         f"in {run_dir}: fix the cause and run again (the next run there does not "
+                         "stop so)")
     assert len(lines) <= 8 and "Compute Failed" not in result.stderr
-    states = [p["state"] for p in json.loads((run_dir / "_manifest.json").read_text())["partitions"]]
-    assert states == ["failed", "failed"] + ["pending"] * (total - 2)
+    manifest = json.loads((run_dir / "_manifest.json").read_text())
+    assert [p["state"] for p in manifest["partitions"]] == ["failed", "failed"] + ["pending"] * (total - 2)
+    assert manifest["stopped_early"] is True
+    # the same again: the next run does not stop so (a model failing on what the first
+    # requests hold would never get further), then stops early again after it
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 2 and again.stderr.splitlines()[-1] == (
+        f"lmc-dist: error: all {total} partitions failed (none is kept in {run_dir}): fix the "
+        "cause and run again")
+    assert "stopped_early" not in json.loads((run_dir / "_manifest.json").read_text())
     mended = subprocess.run([*argv[:2], toy_model_command(), *argv[3:]], capture_output=True,
                             text=True, timeout=300)
     assert mended.returncode == 0, mended.stderr
     assert mended.stderr.startswith(f"WARNING\t{run_dir} holds a run none of whose partitions is "
                                     "done: starting it anew\n")
     assert concatenated(run_dir) == lmc_run(["we"], corpus)
+
+
+def test_failing_as_the_model_starts_after_a_partition_succeeded_does_not_stop_the_run(tmp_path):
+    """A batching model reads many requests before it answers: failing on what two
+    partitions' first requests hold looks like a model that cannot start, but one that
+    finished a partition can start (the run stopped for good: every rerun stopped alike)."""
+    corpus = tagged_corpus(tmp_path / "corpus.txt", 40)
+    run_dir = tmp_path / "run"
+    args = ["we", "--input", str(corpus), "--run-dir", str(run_dir), "--workers", "1",
+            "--partition-chars", "300", "--retries", "0", "--no-progress"]
+    subprocess.run([str(BIN / "lmc-dist"), "run", toy_model_command(), *args], check=True,
+                   capture_output=True, timeout=300)
+    lines = partition_lines(run_dir)
+    assert len(lines) >= 6
+    shutil.rmtree(run_dir)
+    poison = [f"L{lines[i][0]:04d}" for i in (2, 3, 4)]     # the first words of 2, 3 and 4
+    model = tmp_path / "poisoned.py"       # exits at a request for a poisoned word
+    model.write_text("import sys\n"
+                     f"for line in sys.stdin:\n    if line.rstrip('\\n').split('\\t')[-1] in {poison!r}:\n"
+                     "        sys.exit(3)\n"
+                     "    print('\\t'.join(f'{w}\\t-1.0' for w in line.rstrip('\\n').split('\\t')[2:]), flush=True)\n")
+    result = subprocess.run([str(BIN / "lmc-dist"), "run", f"{PYTHON} {model}", *args],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "the run stopped" not in result.stderr
+    # 2 failed in the process that had answered 0 and 1 (so they are made again: failed
+    # here); 3 and 4 failed as their fresh processes started; the rest were made
+    assert result.stderr.splitlines()[-1] == (
+        f"lmc-dist: error: 5 of {len(lines)} partitions failed; the others are in {run_dir}: "
+        "fix the cause and rerun with --resume")
+    states = [p["state"] for p in json.loads((run_dir / "_manifest.json").read_text())["partitions"]]
+    assert states == ["failed"] * 5 + ["done"] * (len(lines) - 5)
 
 
 def test_one_partition_failing_as_its_model_starts_does_not_stop_the_run(tmp_path):
@@ -653,8 +693,9 @@ def test_a_corpus_changed_under_lmc_dist_is_never_committed(tmp_path, change):
     else:
         assert result.stderr == (f"lmc-dist: error: {corpus}: changed while lmc-dist read it "
                                  "(another size or modification time, or replaced): its log would "
-                                 "be of no one version of the corpus; run again on a corpus that "
-                                 "stays as it is\n")
+                                 "be of no one version of the corpus; if only its modification "
+                                 "time changed (a touch), --resume finishes the run (it checks the "
+                                 "corpus' content), else start again in a new --run-dir\n")
     assert not (run_dir / "_stats.json").exists() and not (tmp_path / "log.jsonl").exists()
     assert lmc("stats", str(run_dir)).returncode == 2
 

@@ -7,7 +7,8 @@ import sys
 import click
 
 from lmchallenge.cli.options import FiniteFloatRange, partial_option
-from lmchallenge.cli.uncertainty import DEFAULT_RESAMPLES, DEFAULT_SEED, METHODS, MIN_RESAMPLES
+from lmchallenge.cli.uncertainty import (DEFAULT_RESAMPLES, DEFAULT_SEED, METHODS, MIN_RESAMPLES,
+                                         warn_if_few_resamples)
 
 
 @click.command("compare")
@@ -38,6 +39,7 @@ def cli(baseline: str, log: tuple[str, ...], output: str, confidence: float, res
 
     set_verbosity(verbose)
     settings = Settings(confidence, resamples, seed, ci_method)
+    warn_if_few_resamples(settings)
     test = "randomisation" if paired_ar else "bootstrap"
     rows = compare.compare(baseline, list(log), settings, test)
     sys.stdout.write(compare.WRITERS[output](rows, settings, test))

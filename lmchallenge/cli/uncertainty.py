@@ -12,13 +12,14 @@ without them ``lmc stats`` prints exactly what it printed before.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
 
 from lmchallenge.cli.options import FiniteFloatRange
-from lmchallenge.stats.bootstrap import METHODS, MIN_RESAMPLES, Settings
+from lmchallenge.stats.bootstrap import METHODS, MIN_RESAMPLES, Settings, few_resamples
 
 DEFAULT_RESAMPLES = Settings.resamples
 DEFAULT_SEED = Settings.seed
@@ -79,6 +80,14 @@ def settings_of(options: dict[str, Any]) -> Any:
                     resamples=options["resamples"], seed=options["ci_seed"], method=options["ci_method"])
 
 
+def warn_if_few_resamples(settings: Settings) -> None:
+    """Warn, once for the command, when ``settings`` give rough intervals whatever the data
+    (:func:`lmchallenge.stats.bootstrap.few_resamples`)."""
+    why = few_resamples(settings)
+    if why is not None:
+        logging.getLogger("lmchallenge.stats.bootstrap").warning("%s", why)
+
+
 def _for_csv(row: dict[str, Any]) -> dict[str, Any]:
     """``ci`` pairs as ``ci.KEY.low`` / ``ci.KEY.high`` columns."""
     row = dict(row)
@@ -103,6 +112,8 @@ def uncertain_rows(logs: Sequence[str], lines: int | None, output: str, human: b
 
         rows = [row for path in logs for row in slices(path, options["by"], lines, bool(options.get("derived")))]
     else:
+        if options.get("confidence") is not None:
+            warn_if_few_resamples(settings_of(options))      # once, not per log
         rows = [_row(path, lines, human, options) for path in logs]
     if output == "csv":
         rows = [_for_csv(row) for row in rows]

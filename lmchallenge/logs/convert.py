@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 
 from lmchallenge.logs.files import (atomic_path, check_writable, is_gzip_name, is_parquet_name,
-                                   run_dir_parts, write_mode)
+                                   open_output, run_dir_parts)
 
 from lmchallenge.logs.io import read_log, write_log
 from lmchallenge.logs.schema import Datum, detect_game
@@ -142,7 +142,7 @@ def join_logs(sources: Sequence[str], destination: str, game: str | None = None,
 def _join_bytes(sources: Sequence[str], destination: str, decompress: bool) -> int:
     """Copy ``sources`` one after the other (``.gz`` ones decompressed if ``decompress``,
     else as they are); returns the number of lines."""
-    with open(destination, write_mode(destination)) as out:
+    with open_output(destination) as out:
         return sum(_append(source, out, decompress) for source in sources)
 
 

@@ -166,24 +166,42 @@ FULL_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 """What a write to a full file system raises, without a file name (:func:`atomic_path` names
 its file)."""
 
-DESCRIPTOR = re.compile(r"/dev/(stdout|stderr|fd/\d+)|/proc/(self|\d+)/fd/\d+")
-"""Paths that name an open file descriptor (``--output /dev/stdout >> log``): the file the
-shell opened is written through them, where it stands (appended to, not replaced)."""
+DESCRIPTOR = re.compile(r"/dev/(?P<std>stdout|stderr)|/dev/fd/(?P<fd>\d+)|/proc/self/fd/(?P<own>\d+)")
+"""Paths that name an open file descriptor of this process (``--output /dev/stdout >> log``):
+the log is written through the descriptor itself, where the shell's writes stand."""
+
+
+def descriptor_of(path: str | os.PathLike) -> int | None:
+    """The descriptor ``path`` names (:data:`DESCRIPTOR`, however spelt: ``//dev/stdout``,
+    ``/dev/./stdout``, or a symbolic link to one), or None."""
+    name = os.fspath(path)
+    for _ in range(40):     # symbolic links followed one at a time (the last is /proc magic)
+        name = "/" + os.path.normpath(name).lstrip("/") if name.startswith("/") else os.path.normpath(name)
+        match = DESCRIPTOR.fullmatch(name)
+        if match is not None:
+            return {"stdout": 1, "stderr": 2}.get(match["std"]) or int(match["fd"] or match["own"])
+        if not os.path.islink(name):
+            return None
+        name = os.path.join(os.path.dirname(os.path.abspath(name)), os.readlink(name))
+    return None
 
 
 def written_in_place(path: str | os.PathLike) -> bool:
     """Whether ``path`` is written as it is, not through a temporary file renamed into
-    place: a pipe, device or socket (a FIFO, ``/dev/null``), or a path naming a file
-    descriptor (:data:`DESCRIPTOR`: ``/dev/stdout`` redirected to a file: renaming over that
-    file would lose what the shell's ``>>`` kept)."""
-    return DESCRIPTOR.fullmatch(os.fspath(path)) is not None or is_special_file(path)
+    place: a path naming a descriptor (:func:`descriptor_of`: ``/dev/stdout`` redirected to
+    a file: renaming over that file would lose what the shell's ``>>`` kept), or a pipe,
+    device or socket (a FIFO, ``/dev/null``)."""
+    return descriptor_of(path) is not None or is_special_file(path)
 
 
-def write_mode(path: str) -> str:
-    """The mode to open a path :func:`atomic_path` yielded in: ``"ab"`` where it is written
-    in place (a descriptor's file keeps what it holds and its offset's meaning, as the
-    shell's ``>>``; after ``>`` it is empty), else ``"wb"``."""
-    return "ab" if written_in_place(path) else "wb"
+def open_output(path: str) -> IO[bytes]:
+    """Open for writing a path :func:`atomic_path` yielded: a descriptor's path as a copy of
+    that descriptor (its offset shared: what the shell or this process writes to it later
+    follows the log, as with ``>`` and ``>>``), any other path anew."""
+    fd = descriptor_of(path)
+    if fd is not None:
+        return os.fdopen(os.dup(fd), "wb")
+    return open(path, "wb")
 
 
 @contextlib.contextmanager
@@ -192,10 +210,15 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
 
     A symbolic link is followed (the file it points to is replaced, the link stays); a path
     :func:`written_in_place` (``/dev/stdout``, a FIFO) is yielded as it is, to be written
-    directly, opened in :func:`write_mode`.
+    directly, opened with :func:`open_output`.
     """
     if written_in_place(path):
-        yield os.fspath(path)
+        try:
+            yield os.fspath(path)
+        except OSError as e:    # /dev/full, a full disk behind /dev/stdout: named
+            if e.filename is None and e.errno in FULL_ERRORS:
+                raise OSError(e.errno, e.strerror, os.fspath(path)) from None
+            raise
         return
     final = os.path.realpath(path)
     directory = os.path.dirname(os.path.abspath(final))

@@ -15,7 +15,7 @@ from typing import IO
 
 from lmchallenge.errors import InputError, LmcError, json_problem
 from lmchallenge.corpus import decode_lines, open_binary
-from lmchallenge.logs.files import atomic_path, is_gzip_name, read_errors, write_mode
+from lmchallenge.logs.files import atomic_path, is_gzip_name, open_output, read_errors
 from lmchallenge.logs.schema import Datum
 
 
@@ -77,12 +77,12 @@ def dump_jsonlines(data: Iterable[Datum], filename: str = "-", compresslevel: in
         if is_gzip_name(filename):
             # the gzip header names the file as it will be called (gzip stores the name it
             # is given, less ".gz"), not the temporary one (`gunzip -N` restores that name)
-            with open(tmp, write_mode(tmp)) as raw, \
+            with open_output(tmp) as raw, \
                     gzip.GzipFile(os.path.basename(filename), "wb", compresslevel, raw) as packed, \
                     io.TextIOWrapper(packed, encoding="utf-8") as f:
                 write_jsonlines(data, f)
         else:
-            with open(tmp, write_mode(tmp)) as raw, io.TextIOWrapper(raw, encoding="utf-8") as f:
+            with open_output(tmp) as raw, io.TextIOWrapper(raw, encoding="utf-8") as f:
                 write_jsonlines(data, f)
 
 

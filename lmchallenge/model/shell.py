@@ -38,9 +38,12 @@ STOPPED_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM)
 """Exit codes of a program that ends on SIGINT or SIGTERM by itself (``lmc`` and its model
 commands: 130, 143): the model was stopped from outside, as by the signal."""
 EXIT_CHECK_SECONDS = 0.5
-"""How often a model awaited in silence is checked for having exited: a child it left
-running (``server &``) may hold its output open, and the end of the output, by which an
-exit is otherwise seen, then never comes."""
+"""How often a model finished (its input closed, its extra output awaited) is checked for
+having exited: a child it left running (``server &``) may hold its output open, and the end
+of the output, by which an exit is otherwise seen, then never comes.  While answers are
+awaited an exit is not taken for the end (a launcher such as ``setsid`` exits while the
+model it started answers); a model silent past ``timeout`` that has exited is said to have
+exited, not to be late."""
 
 
 def shell_command(cmd: str, options: dict[str, Any]) -> str:
@@ -297,13 +300,10 @@ class ShellModel(Model):
             elif now > deadline:  # a model trickling bytes is never silent, but late
                 raise self._failure(self._late(answered < len(sent), len(inbox)), in_flight())
             readable, writable, _ = select.select([out_fd] if answered < len(sent) else [],
-                                                  [in_fd] if outbox else [], [],
-                                                  min(deadline - now, EXIT_CHECK_SECONDS))
+                                                  [in_fd] if outbox else [], [], deadline - now)
             if not readable and not writable:
-                if self._proc.poll() is not None:   # exited; a child of it holds its output
-                    raise self._ended(in_flight())
-                if time.monotonic() < deadline:
-                    continue
+                if self._proc.poll() is not None:   # it exited, and a process it started
+                    raise self._ended(in_flight())  # holds its output: that is the cause
                 raise self._failure(self._late(answered < len(sent), len(inbox)), in_flight())
             if writable:
                 try:
@@ -440,8 +440,8 @@ class ShellModel(Model):
             if left <= 0:
                 break
             if not select.select([self._out_fd], [], [], min(left, EXIT_CHECK_SECONDS))[0]:
-                if self._proc.poll() is not None:   # exited; a child of it holds its output
-                    break
+                if self._proc.poll() is not None and not select.select([self._out_fd], [], [], 0)[0]:
+                    break   # it exited with nothing more written; a child of it holds its output
                 continue
             chunk = os.read(self._out_fd, 1 << 16)
             if not chunk:

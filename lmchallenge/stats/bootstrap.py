@@ -96,13 +96,13 @@ for the tokens of a message without user; ``(user, message)`` where groups are m
 
 _FLUSH_ROWS = 4096
 FEW_GROUPS = 20
+"""Below this many groups an interval is logged as rough (the bootstrap distribution of a
+handful of users has a handful of distinct values)."""
 MIN_RESAMPLES = 2
 """Fewer resamples give an interval of width 0, which would pass for certainty."""
 TAIL_RESAMPLES = 10
-"""Resamples wanted beyond each endpoint of an interval (:func:`rough`): 25 at the default
-0.95 and 1,000 resamples."""
-"""Below this many groups an interval is logged as rough (the bootstrap distribution of a
-handful of users has a handful of distinct values)."""
+"""Resamples wanted beyond each endpoint of an interval (:func:`few_resamples`): 25 at the
+default 0.95 and 1,000 resamples."""
 LOG = logging.getLogger(__name__)
 
 
@@ -515,44 +515,37 @@ def intervals(table: GroupTable, metrics: Sequence[tuple[str, str, str]],
         table: the log's per-group sums.
         metrics: ``(key, numerator column, denominator column)`` triples.
         settings: confidence, resamples, seed, method.
-        warn: warn (logging) where the intervals are rough (:func:`rough`); a caller that
-            resamples several logs of the same data warns once.
+        warn: warn (logging) when there are fewer than :data:`FEW_GROUPS` groups; a caller
+            that resamples several logs of the same data warns once.
     Raises:
         ValueError: an unknown method, or a confidence outside (0, 1).
     """
     _check(settings)
     if not metrics or not table.keys:
         return {}
-    if warn:
-        for why in rough(len(table.keys), settings):
-            LOG.warning("%s", why)
+    if warn and len(table.keys) < FEW_GROUPS:
+        what = "user (or message)" if len(table.keys) == 1 else "users (or messages)"
+        LOG.warning("only %d %s to resample: the bootstrap intervals are rough",
+                    len(table.keys), what)
     used = sorted({COLUMN[name] for _, num, den in metrics for name in (num, den)})
     totals = np.zeros((settings.resamples, len(COLUMNS)))
     totals[:, used] = resampled_totals(table.sums[:, used], settings)     # only the columns used
     return {key: interval(table, totals, num, den, settings) for key, num, den in metrics}
 
 
-def rough(groups: int, settings: Settings) -> list[str]:
-    """Why intervals over ``groups`` users (or messages) with ``settings`` are rough: fewer
-    than :data:`FEW_GROUPS` groups, or fewer than :data:`TAIL_RESAMPLES` resamples beyond
-    each endpoint of a percentile interval (its endpoints are then a few extreme resamples;
-    Efron & Tibshirani 1993, "An Introduction to the Bootstrap", ask for about 1,000
-    resamples for percentile intervals).
-
-    Returns:
-        Warnings to print, each one line (none where the intervals are not rough).
-    """
-    out = []
-    if groups < FEW_GROUPS:
-        what = "user (or message)" if groups == 1 else "users (or messages)"
-        out.append(f"only {groups} {what} to resample: the bootstrap intervals are rough")
+def few_resamples(settings: Settings) -> str | None:
+    """Why intervals with ``settings`` are rough whatever the data, if they are: fewer than
+    :data:`TAIL_RESAMPLES` resamples beyond each endpoint of a percentile interval (its
+    endpoints are then a few extreme resamples; Efron & Tibshirani 1993, "An Introduction to
+    the Bootstrap", ask for about 1,000 resamples for percentile intervals).  One line, for
+    the command to warn once (not per log)."""
     tail = settings.resamples * (1 - settings.confidence) / 2
-    if tail < TAIL_RESAMPLES:
-        wanted = math.ceil(2 * TAIL_RESAMPLES / (1 - settings.confidence))
-        out.append(f"{settings.resamples} resamples leave {tail:.3g} beyond each endpoint of a "
-                   f"{settings.confidence:g} interval: its endpoints are rough (--resamples "
-                   f"{wanted} or more)")
-    return out
+    if tail >= TAIL_RESAMPLES * (1 - 1e-9):     # 200 x 0.1 / 2 is 9.999999999999998
+        return None
+    wanted = math.ceil(2 * TAIL_RESAMPLES / (1 - settings.confidence) * (1 - 1e-9))
+    return (f"{settings.resamples} resamples leave {tail:.3g} beyond each endpoint of a "
+            f"{settings.confidence:g} interval: its endpoints are rough (--resamples {wanted} "
+            "or more)")
 
 
 def _check(settings: Settings) -> None:
