@@ -104,7 +104,8 @@ def trial(tmp_path: Path, reference, kind: str, parts: int, after: float) -> Non
     elif kind in SIGNALS and is_finished(run_dir):   # the run was committed: one line
         number, code, word = SIGNALS[kind]
         assert proc.returncode in (code, -number) and err.count("\n") == 1, err
-        assert err == INTERRUPTED.replace("interrupted", word) or (
+        assert err == (f"lmc-dist: {word}; the run had committed: it is complete in {run_dir} "
+                       "(statistics in _stats.json)\n") or (
             err.startswith("lmc-dist: ") and " tokens in " in err), err
     elif kind in SIGNALS:   # during imports: one line too (a Ctrl-C); before Python is up: none
         number, code, word = SIGNALS[kind]
