@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from lmchallenge.corpus import Message, check_unchanged, file_version, is_stream, read_corpus
+from lmchallenge.corpus import (FileVersion, Message, check_unchanged, file_version, is_stream,
+                                read_corpus)
 from lmchallenge.games.runner import run_game
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.logs.files import check_writable
@@ -58,7 +59,7 @@ def validated_messages(path: str, fmt: str) -> tuple[int, Iterator[Message] | li
     return count, _checked(path, fmt, before, count)
 
 
-def _checked(path: str, fmt: str, before: Any, count: int) -> Iterator[Message]:
+def _checked(path: str, fmt: str, before: FileVersion | None, count: int) -> Iterator[Message]:
     read = 0
     for message in read_corpus(path, fmt):
         read += 1

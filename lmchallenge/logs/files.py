@@ -128,7 +128,8 @@ def check_writable(path: str, inputs: Iterable[str | None] = ()) -> None:
     """Check that a file can be created at ``path`` (its folder made if missing), before any
     work is done for it, and that it is none of the files ``inputs`` (paths; ``-``, None
     and URLs are passed over) that the work reads: the output would replace it; nothing is
-    left behind.
+    left behind, and the temporaries of ``path`` a killed writer left are removed
+    (:func:`remove_stale_temporaries`).
 
     Raises:
         InputError: naming ``path`` and why it cannot be written.
@@ -160,6 +161,7 @@ def check_writable(path: str, inputs: Iterable[str | None] = ()) -> None:
         os.unlink(probe)
     except OSError as e:
         raise InputError(path, None, f"cannot write: {e.strerror or e}") from None
+    remove_stale_temporaries(path)      # a killed writer's (lmc-dist sweeps its run dir itself)
 
 
 FULL_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -212,29 +214,24 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     :func:`written_in_place` (``/dev/stdout``, a FIFO) is yielded as it is, to be written
     directly, opened with :func:`open_output`.
     """
-    if written_in_place(path):
-        try:
-            yield os.fspath(path)
-        except OSError as e:    # /dev/full, a full disk behind /dev/stdout: named
-            if e.filename is None and e.errno in FULL_ERRORS:
-                raise OSError(e.errno, e.strerror, os.fspath(path)) from None
-            raise
-        return
-    final = os.path.realpath(path)
-    directory = os.path.dirname(os.path.abspath(final))
-    os.makedirs(directory, exist_ok=True)
-    remove_stale_temporaries(final)
-    tmp = os.path.join(directory, f"{_temporary_prefix(final)}{os.getpid()}")
+    in_place = written_in_place(path)
+    final = os.fspath(path) if in_place else os.path.realpath(path)
+    tmp = final
+    if not in_place:
+        directory = os.path.dirname(os.path.abspath(final))
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f"{_temporary_prefix(final)}{os.getpid()}")
     try:
         yield tmp
-        _keep_mode_of(final, tmp)
-        os.replace(tmp, final)
+        if not in_place:
+            _keep_mode_of(final, tmp)
+            os.replace(tmp, final)
     except OSError as e:    # named by the path the user gave, not the hidden temporary
-        if e.filename == tmp or (e.filename is None and e.errno in FULL_ERRORS):
+        if (e.filename == tmp and not in_place) or (e.filename is None and e.errno in FULL_ERRORS):
             raise OSError(e.errno, e.strerror, os.fspath(path)) from None
         raise
     finally:
-        if os.path.exists(tmp):
+        if not in_place and os.path.exists(tmp):
             os.unlink(tmp)
 
 
