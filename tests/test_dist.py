@@ -85,6 +85,13 @@ def two_workers(tmp_path_factory):
         yield c
 
 
+def first_lines(corpus: Path, n: int, path: Path) -> Path:
+    """``path``, holding the first ``n`` lines of ``corpus``."""
+    with open(corpus, "rb") as f:
+        path.write_bytes(b"".join(f.readline() for _ in range(n)))
+    return path
+
+
 def lmc_run(game_args: list[str], corpus: Path, extra: list[str] = ()) -> bytes:
     return subprocess.run([str(BIN / "lmc"), "run", *extra, toy_model_command(), *game_args, str(corpus)],
                           capture_output=True, check=True, timeout=300).stdout
@@ -177,6 +184,7 @@ def test_plain_text_gz_is_split_between_messages(tmp_path, two_workers):
 
 def test_wr_stats_match_lmc_run(tmp_path, commits, two_workers):
     vocab = str(DATA / "vocab" / "american-english.txt")
+    commits = first_lines(commits, 150, tmp_path / "commits150.jsonl")   # wr is the costly game
     expected = lmc_run(["wr", vocab], commits)
     (tmp_path / "all.jsonl").write_bytes(expected)
     run_dir = tmp_path / "run"
@@ -190,6 +198,7 @@ def test_wr_stats_match_lmc_run(tmp_path, commits, two_workers):
     assert ours == single
 
 
+@pytest.mark.slow
 def test_worker_killed_mid_run(tmp_path, commits):
     expected = lmc_run(["wc", "-p"], commits)
     run_dir = tmp_path / "run"
@@ -594,6 +603,7 @@ for line in sys.stdin:
 """
 
 
+@pytest.mark.slow
 def test_the_window_reaches_the_workers_models(tmp_path):
     """--window: a model that answers two requests at a time waits for ever with 1 in flight."""
     (tmp_path / "pairs.py").write_text(PAIRS_MODEL)
@@ -634,6 +644,7 @@ def model_environments(directory: Path, corpus: Path, extra: list[str]) -> list[
     return [environment_of(path) for path in directory.glob("*.env")]
 
 
+@pytest.mark.slow
 def test_a_scheduler_without_workers_is_said_and_the_run_goes_on_when_one_comes(tmp_path):
     corpus = tmp_path / "c.txt"
     corpus.write_bytes(b"".join((DATA / "kjv" / "test.sample.txt").read_bytes()
@@ -706,7 +717,7 @@ def test_partitions_of_a_model_out_of_step_are_never_kept(tmp_path, two_workers,
     assert concatenated(run_dir) == b"".join(expected)
 
 
-@pytest.mark.parametrize("retries", [0, 1])
+@pytest.mark.parametrize("retries", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_a_model_that_exits_with_an_error_when_finished_keeps_none_of_its_partitions(
         tmp_path, retries):
     """As lmc run fails when its model exits with an error after its last answer, lmc-dist

@@ -205,7 +205,7 @@ REFERENCE_LOGS = ["mixed.we.jsonl", "kjv.o2.wc.jsonl", "rails.we.jsonl"]
 
 
 @pytest.mark.reference
-@pytest.mark.parametrize("log", REFERENCE_LOGS)
+@pytest.mark.parametrize("log", [*REFERENCE_LOGS[:2], pytest.param(REFERENCE_LOGS[2], marks=pytest.mark.slow)])
 def test_same_output_as_reference_for_every_pattern_form(log):
     reference_or_skip()
     path = str(DATA / log)

@@ -328,6 +328,7 @@ def test_run_options_between_predictor_and_game(tmp_path):
         "Error: No such option '--outptu'. Did you mean '--output'?\n")
 
 
+@pytest.mark.slow
 def test_lmc_dist_options_before_the_game(tmp_path):
     """``lmc-dist run`` takes its options after the game, and before it too (moved there),
     before or after PREDICTOR: the same log. Without PREDICTOR and a game to put a game's
@@ -385,6 +386,7 @@ def test_ce_with_a_word_model_warns_once(tmp_path):
     assert quiet.returncode == 0 and b"ce: the model answered" not in quiet.stderr
 
 
+@pytest.mark.slow
 def test_a_wait_for_the_scheduler_is_said(tmp_path):
     """A ``--scheduler`` that does not answer within 2 s: a warning says what the run waits
     for, and for how long (Dask's connect timeout, 5 s here), before the error."""
@@ -436,7 +438,8 @@ def test_wr_fit_below_the_base_warns_and_reports_a_fit_at_least_base(tmp_path):
 
 
 @pytest.mark.parametrize("corpus_rows, workers, message", [
-    ([{"text": "a b"}], ["--workers", "1"], "cannot reach the Dask scheduler at {address} ("),
+    pytest.param([{"text": "a b"}], ["--workers", "1"], "cannot reach the Dask scheduler at {address} (",
+                 marks=pytest.mark.slow),
     ([{"text": "a b"}], [], "cannot reach the Dask scheduler at {address} ("),   # asked for its size
     ([{"text": "a"}, {"user": "x"}], ["--workers", "1"], '{corpus}:2: row has no "text"'),
 ])

@@ -601,6 +601,7 @@ def test_a_model_started_by_a_launcher_that_exits_is_served(tmp_path):
     assert [json.loads(line)["logp"] for line in result.stdout.splitlines()] == [-3.0, -5.0]
 
 
+@pytest.mark.slow
 def test_a_child_the_model_leaves_running_neither_delays_the_run_nor_outlives_it(tmp_path):
     """A model that starts `sleep &` (a server, a helper) before it answers: the child holds
     the model's output open, so the end of the output, by which lmc saw the model end, came

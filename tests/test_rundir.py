@@ -522,8 +522,10 @@ def finished_run(tmp_path: Path) -> tuple[list[str], Path, str]:
     return argv, run_dir, lmc("stats", str(run_dir)).stdout
 
 
-@pytest.mark.parametrize("sizes", ["recorded", "not recorded"])
-@pytest.mark.parametrize("damage", ["truncated", "emptied"])
+@pytest.mark.parametrize("damage, sizes", [
+    ("truncated", "recorded"), ("emptied", "not recorded"),
+    pytest.param("truncated", "not recorded", marks=pytest.mark.slow),
+    pytest.param("emptied", "recorded", marks=pytest.mark.slow)])
 def test_resume_makes_again_a_finished_part_that_cannot_be_read(tmp_path, damage, sizes):
     """A part file damaged after the run (a disk error, a copy cut short) failed every
     ``--resume`` with "fix the cause": it is computed again, with a warning (where the
@@ -604,7 +606,8 @@ def test_resume_of_a_run_dir_that_does_not_exist_is_refused(tmp_path):
     assert not run_dir.exists()
 
 
-@pytest.mark.parametrize("form", ["parquet", "jsonl", "parquet, sizes not recorded"])
+@pytest.mark.parametrize("form", ["parquet", "jsonl", pytest.param("parquet, sizes not recorded",
+                                                                   marks=pytest.mark.slow)])
 def test_a_part_changed_after_the_run_is_refused_then_made_again(tmp_path, form):
     """A part cut short (still a valid file) or edited after the run: its size is not the
     one recorded (a .jsonl.gz part with a line taken out and compressed again gave other

@@ -108,6 +108,7 @@ def lmc_dist(args: list[str], check: bool = True) -> subprocess.CompletedProcess
     return result
 
 
+@pytest.mark.slow
 def test_resume_on_another_cluster_uses_the_recorded_cut(tmp_path: Path) -> None:
     """A run sized for 1 worker fails in its last partitions; resumed on 3 workers it keeps
     the recorded size and cut (3 workers would cut otherwise) and its log is `lmc run`'s."""

@@ -205,6 +205,7 @@ def assert_code_points_as_reference(python: Path, first: int, last: int) -> None
     assert len(mine) == len(theirs) and not bad
 
 
+@pytest.mark.slow
 @pytest.mark.reference
 def test_basic_and_supplementary_planes_as_reference(reference_python):
     """Each code point of planes 0 and 1 (all scripts in common use, all emoji) is in the same
