@@ -107,7 +107,7 @@ def _acquire(run_dir: str) -> int:
     path = os.path.join(run_dir, LOCK)
     for _ in range(8):
         try:
-            os.makedirs(run_dir, exist_ok=True)
+            os.makedirs(os.path.realpath(run_dir), exist_ok=True)    # a link made before its target
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except FileNotFoundError:   # the directory removed between the two: try again
             continue
@@ -147,7 +147,7 @@ def _remove_if_unused(run_dir: str, made: bool, refused: bool = False) -> None:
         if refused or os.listdir(run_dir) == [LOCK]:
             os.unlink(os.path.join(run_dir, LOCK))
             if made:
-                os.rmdir(run_dir)
+                os.rmdir(os.path.realpath(run_dir))     # a link stays: the user made it
 
 
 def _refuse_foreign(run_dir: str) -> None:

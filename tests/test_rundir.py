@@ -451,6 +451,24 @@ def test_a_run_that_writes_nothing_leaves_no_run_dir(tmp_path):
     assert again.returncode == 2 and list(existing.iterdir()) == []
 
 
+def test_a_run_dir_given_as_a_link_to_a_directory_not_yet_made(tmp_path):
+    """``--run-dir`` naming a symbolic link whose target does not exist yet makes the target,
+    as ``lmc run --output`` through such a link does (it said "cannot write the run dir: File
+    exists"); a run that writes nothing takes the target away again and keeps the link."""
+    link = tmp_path / "run"
+    link.symlink_to(tmp_path / "runs" / "first")
+    failed = lmc_dist("run", toy_model_command(), "we", "--input", str(tmp_path / "nope.txt"),
+                      "--run-dir", str(link), "--no-progress")
+    assert failed.returncode == 2 and "nope.txt: no such file" in failed.stderr
+    assert link.is_symlink() and not (tmp_path / "runs" / "first").exists()
+    corpus = tagged_corpus(tmp_path / "corpus.txt", 5)
+    result = subprocess.run(run_args(corpus, link, extra=RUN_OPTIONS), capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert link.is_symlink() and (tmp_path / "runs" / "first" / "_manifest.json").is_file()
+    assert concatenated(link) == lmc_run(["we"], corpus)
+
+
 def test_a_lock_on_a_removed_lock_file_is_taken_again(tmp_path, monkeypatch):
     """A run that opened the lock file just before its holder removed it (and the holder's
     directory) gets the lock on that file once the holder ends: it must not count, or two
