@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -74,6 +75,30 @@ def test_a_better_model_is_significantly_better():
     assert paired["prediction.mrr"].ci == pytest.approx(mrr["ci"], rel=1e-12)
     ar = compare_json("--paired-ar", base, log)[0]["metrics"]["prediction.mrr"]
     assert 0 < ar["p"] <= 1 and ar["ci"] == mrr["ci"]
+
+
+def test_html_marks_a_lower_cross_entropy_better_and_a_higher_one_worse(tmp_path):
+    """The page coloured a log 1 nat a word worse than its baseline green ("better")."""
+    base = PRETTY / "kjv.o1.we.jsonl"
+    data = list(read_log(str(base)))
+    for datum in data:
+        if datum["logp"] is not None:
+            datum["logp"] -= 1.0
+    worse = write_jsonl(tmp_path / "worse.we.jsonl", data)
+    classes = {}
+    for name, (one, two) in {"worse": (base, worse), "better": (worse, base)}.items():
+        page = run_lmc("compare", "-o", "html", "--resamples", "200", str(one), str(two)).stdout.decode()
+        classes[name] = re.findall(r'<td class="(\w+)">([^<]*)', page)
+        assert "better is lower for entropy.mean" in page
+    [(css, cell)] = classes["worse"]      # entropy.hit is the same: not marked
+    assert css == "worse" and "Δ +1.0000" in cell
+    [(css, cell)] = classes["better"]
+    assert css == "better" and "Δ -1.0000" in cell
+    # and a higher figure of the others is better
+    page = run_lmc("compare", "-o", "html", "--resamples", "200", str(PRETTY / "kjv.o1.wc.jsonl"),
+                   str(PRETTY / "kjv.o2.wc.jsonl")).stdout.decode()
+    assert re.search(r'<td class="better">[^<]*Δ \+', page)
+    assert not re.search(r'<td class="better">[^<]*Δ -', page)
 
 
 def test_entropies_with_other_fingerprints_are_not_compared(tmp_path):

@@ -40,6 +40,9 @@ from lmchallenge.stats.derived import derived_figures, entropy_game, unit_of
 FORMATS = ("text", "markdown", "csv", "json", "html")
 TESTS = ("bootstrap", "randomisation")
 ENTROPY_KEYS = ("entropy.hit", "entropy.mean")
+LOWER_IS_BETTER = frozenset({"entropy.mean"})
+"""Figures of :data:`lmchallenge.stats.bootstrap.METRICS` where a lower value is the better
+model (cross-entropy); of every other, a higher value is."""
 
 
 @dataclass
@@ -169,6 +172,12 @@ def compare(baseline: str, logs: Sequence[str], settings: bootstrap.Settings,
                        "(a wc log without a hit in its predictions or completions, a we or ce "
                        "log without a probability); lmc stats shows what they have")
     return rows
+
+
+def is_better(key: str, delta: float) -> bool:
+    """Whether a (nonzero) difference ``delta`` = log - baseline in figure ``key`` makes the
+    log the better model (:data:`LOWER_IS_BETTER`)."""
+    return delta < 0 if key in LOWER_IS_BETTER else delta > 0
 
 
 def _hex(fingerprint: int) -> str:
@@ -313,13 +322,17 @@ def to_html(rows: Sequence[LogComparison], settings: bootstrap.Settings, test: s
         for k in keys:
             metric = row.metrics.get(k)
             css = ""
-            if i and metric is not None and metric.p is not None and metric.delta:
-                significant = metric.p < 1 - settings.confidence
-                css = (" class=\"better\"" if metric.delta > 0 else " class=\"worse\"") if significant else ""
+            if i and metric is not None and metric.p is not None and metric.delta \
+                    and metric.p < 1 - settings.confidence:
+                css = f" class=\"{'better' if is_better(k, metric.delta) else 'worse'}\""
             cells.append(f"<td{css}>{esc(_cell(metric, i == 0))}</td>")
         name = esc(row.log) + (" <em>(baseline)</em>" if i == 0 else "")
         body.append(f"<tr><th scope=\"row\">{name}</th>{''.join(cells)}</tr>")
-    notes = "".join(f"<li>{esc(n)}</li>" for n in _derived_lines(rows) + _notes(rows) + [_legend(settings, test)])
+    colours = (f"green: the log is significantly better than the baseline (p < {1 - settings.confidence:.3g}; "
+               f"better is lower for {', '.join(sorted(LOWER_IS_BETTER))}, higher for the other "
+               "figures), red: significantly worse")
+    notes = "".join(f"<li>{esc(n)}</li>" for n in
+                    _derived_lines(rows) + _notes(rows) + [_legend(settings, test), colours])
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<title>lmc compare</title><style>"
             "body{font-family:sans-serif;margin:1em}table{border-collapse:collapse}"
