@@ -122,6 +122,15 @@ def test_partial_reads_what_is_done_and_says_so(unfinished, tmp_path):
     stats = json.loads(lmc("stats", "--partial", str(run_dir)).stdout)
     assert stats["partial"] is True and stats["coverage"] == coverage
     assert stats["tokens_per_user"] == done_rows
+    # every form of lmc stats says so (with --confidence, --derived, --signature or --by the
+    # rows had neither "partial" nor "coverage")
+    for options in (["--confidence", "0.9", "--resamples", "50"], ["--derived"], ["--signature"],
+                    ["--by", "message-length"]):
+        rows = [json.loads(line) for line in
+                lmc("stats", "--partial", *options, str(run_dir)).stdout.splitlines()]
+        assert rows and all(row["partial"] is True and row["coverage"] == coverage for row in rows), options
+    csv_rows = lmc("stats", "--partial", "--derived", "-o", "csv", str(run_dir)).stdout.splitlines()
+    assert "coverage.partitions_done" in csv_rows[0].split(",")
     dist = lmc_dist("stats", "--partial", str(run_dir))
     assert dist.returncode == 0, dist.stderr
     dist_stats = json.loads(dist.stdout)

@@ -154,7 +154,8 @@ def partial_option(command: Callable) -> Callable:
     return click.option(
         "--partial", is_flag=True,
         help="Read an unfinished lmc-dist run dir's finished partitions instead of refusing "
-             "it (statistics then say \"partial\": true and the coverage).")(read)
+             "it (lmc stats then says \"partial\": true and the coverage, lmc convert how many "
+             "partitions it wrote).")(read)
 
 
 def single_log(logs: Sequence[str]) -> str:

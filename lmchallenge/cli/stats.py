@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from lmchallenge.cli.options import partial_option, set_verbosity
-from lmchallenge.cli.uncertainty import stats_options, uncertain_rows, wanted
+from lmchallenge.cli.uncertainty import for_csv, stats_options, uncertain_rows, wanted
 from lmchallenge.logs import rundir
 from lmchallenge.stats.compute import state_of_log
 from lmchallenge.stats.output import OUTPUTS, flatten
@@ -45,13 +45,17 @@ def cli(log: tuple[str, ...], verbose: int, lines: int | None, output: str, huma
     directory, or - / nothing for stdin), one row per log."""
     set_verbosity(verbose)
     keep_freed_memory()
+    paths = log or ("-",)
     if wanted(uncertainty):
-        sys.stdout.write(uncertain_rows(log or ("-",), lines, output, human, **uncertainty))
-        return
-    rows = [dict(log=path, **state_of_log(path, lines).result(human=human),
-                 **(rundir.coverage(path) or {})) for path in log or ("-",)]
+        rows = uncertain_rows(paths, lines, human, **uncertainty)
+    else:
+        rows = [dict(log=path, **state_of_log(path, lines).result(human=human)) for path in paths]
+    coverage = {path: rundir.coverage(path) or {} for path in paths}
     for row in rows:
+        row.update(coverage[row["log"]])     # an unfinished run dir read with --partial says so
         warn_non_finite(row)
+    if output == "csv":
+        rows = [for_csv(row) for row in rows]
     sys.stdout.write(OUTPUTS[output](rows))
 
 

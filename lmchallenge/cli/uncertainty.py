@@ -88,7 +88,7 @@ def warn_if_few_resamples(settings: Settings) -> None:
         logging.getLogger("lmchallenge.stats.bootstrap").warning("%s", why)
 
 
-def _for_csv(row: dict[str, Any]) -> dict[str, Any]:
+def for_csv(row: dict[str, Any]) -> dict[str, Any]:
     """``ci`` pairs as ``ci.KEY.low`` / ``ci.KEY.high`` columns."""
     row = dict(row)
     if "ci" in row:
@@ -96,15 +96,14 @@ def _for_csv(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def uncertain_rows(logs: Sequence[str], lines: int | None, output: str, human: bool,
-                   **options: Any) -> str:
-    """The ``lmc stats`` output with the options of issue 14.
+def uncertain_rows(logs: Sequence[str], lines: int | None, human: bool,
+                   **options: Any) -> list[dict[str, Any]]:
+    """The ``lmc stats`` rows with the options of issue 14 (``--confidence``, ``--derived``,
+    ``--signature``, ``--by``): one per log, or one per slice of each log.
 
     Raises:
         click.UsageError: ``--by`` with ``--confidence`` or ``--signature``.
     """
-    from lmchallenge.stats.output import OUTPUTS
-
     if options.get("by") is not None:
         if options.get("confidence") is not None or options.get("signature"):
             raise click.UsageError("--by prints figures per slice, without intervals or signature")
@@ -115,9 +114,7 @@ def uncertain_rows(logs: Sequence[str], lines: int | None, output: str, human: b
         if options.get("confidence") is not None:
             warn_if_few_resamples(settings_of(options))      # once, not per log
         rows = [_row(path, lines, human, options) for path in logs]
-    if output == "csv":
-        rows = [_for_csv(row) for row in rows]
-    return OUTPUTS[output](rows)
+    return rows
 
 
 def _row(path: str, lines: int | None, human: bool, options: dict[str, Any]) -> dict[str, Any]:
