@@ -127,6 +127,29 @@ def test_logs_of_other_data_are_refused(tmp_path):
     assert result.returncode == 2 and b"Traceback" not in result.stderr
 
 
+def test_wr_logs_with_other_typos_are_refused(tmp_path):
+    """wr logs made with another corruption seed (or by LM Challenge 5.2) hold other typos:
+    a paired difference between them measured the typos (base_accuracy Δ +0.019, exit 0)."""
+    base = PRETTY / "kjv.o1.wr.jsonl"
+    data = list(read_log(str(base)))
+    number = next(i for i, d in enumerate(data, start=1) if d.get("verbatim"))
+    datum = data[number - 1]
+    datum["verbatim"] = datum["verbatim"] + "x"
+    other = write_jsonl(tmp_path / "other.wr.jsonl", data)
+    result = run_lmc("compare", str(base), str(other), check=False)
+    assert result.returncode == 2 and result.stdout == b""
+    assert result.stderr.decode().startswith(
+        f"lmc: error: {other}: the logs are not of the same data: token {number} (user "
+        f"{datum['user']!r}, message {datum['message']}, token {datum['token']}) has the typo ")
+    assert "same corruption seed, -r" in result.stderr.decode()
+    # another model's scores of the same candidates are what is compared
+    data = list(read_log(str(base)))
+    for d in data:
+        d["results"] = [[r[0], r[1], None if r[2] is None else r[2] - 0.5] for r in d["results"]]
+    rescored = write_jsonl(tmp_path / "rescored.wr.jsonl", data)
+    assert run_lmc("compare", "--resamples", "50", str(base), str(rescored), check=False).returncode == 0
+
+
 def test_text_markdown_csv_and_html_outputs():
     base, log = str(PRETTY / "kjv.o1.we.jsonl"), str(PRETTY / "kjv.o2.we.jsonl")
     args = ("--resamples", "200", base, log)

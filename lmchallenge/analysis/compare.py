@@ -23,7 +23,6 @@ non-baseline log: ``{"log", "baseline", "metrics": {key: {"value", "baseline", "
 
 from __future__ import annotations
 
-import collections
 import csv
 import html as html_escape
 import io
@@ -33,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lmchallenge.analysis.diff import LogMismatchError, pairs
 from lmchallenge.errors import LmcError
 from lmchallenge.stats import bootstrap
 from lmchallenge.stats.derived import derived_figures, entropy_game, unit_of
@@ -96,17 +96,17 @@ def check_same_data(baseline: str, logs: Sequence[str]) -> str | None:
         LogMismatchError: a log is not of the same data or game; the message starts with its path.
         InputError: a log cannot be read.
     """
-    from lmchallenge.analysis.diff import LogMismatchError, pairs
     from lmchallenge.logs.io import read_log
     from lmchallenge.analysis.pretty import detect_game
 
-    first = None
+    first, reranking = None, False
     for log in logs:
-        checked = pairs(read_log(baseline), read_log(log))
         try:
-            pair = next(checked, None)     # the baseline's first datum names the game
-            first = first if pair is None else pair[0]
-            collections.deque(checked, maxlen=0)
+            for number, (a, b) in enumerate(pairs(read_log(baseline), read_log(log)), start=1):
+                if number == 1:     # the baseline's first datum names the game
+                    first, reranking = a, detect_game(a) == "wr"
+                if reranking:
+                    _same_typos(number, a, b)
         except LogMismatchError as error:
             raise LogMismatchError(f"{log}: {error}") from None
     if not logs:
@@ -116,6 +116,25 @@ def check_same_data(baseline: str, logs: Sequence[str]) -> str | None:
         finally:
             getattr(data, "close", lambda: None)()     # a generator: its file closed now
     return detect_game(first) if first is not None else None
+
+
+def _same_typos(number: int, a: dict[str, Any], b: dict[str, Any]) -> None:
+    """Check that two ``wr`` datums of the same token hold the same typo and candidates
+    (with their error scores): logs corrupted with another seed (``-r``), or by LM Challenge
+    5.2, differ in their typos, and a paired difference between them would measure those.
+
+    Raises:
+        LogMismatchError: the first token where they differ.
+    """
+    def typo(datum: dict[str, Any]) -> tuple[Any, list[list[Any]]]:
+        return datum.get("verbatim"), [list(result[:2]) for result in datum.get("results") or ()]
+
+    if typo(a) != typo(b):
+        raise LogMismatchError(
+            f"the logs are not of the same data: token {number} (user {a.get('user')!r}, message "
+            f"{a.get('message')!r}, token {a.get('token')!r}) has the typo {a.get('verbatim')!r} "
+            f"in BASELINE but {b.get('verbatim')!r} in LOG, or other candidates (wr logs compare "
+            "only when made with the same corruption seed, -r, by the same implementation)")
 
 
 def compare(baseline: str, logs: Sequence[str], settings: bootstrap.Settings,
