@@ -372,6 +372,15 @@ def test_units_are_named():
     assert mean.split()[1:6] == ["4.94147", "nats", "per", "scored", "token"]
     assert "bits" in mean and "perplexity" in mean
     assert "nats" in run(LMC, "run", "x", "we", "--help").stdout.decode()
+    # -H: sums, not the fractions the labels said
+    raw = dict(line.split(None, 1) for line in run(
+        LMC, "stats", "-H", "-o", "text", str(PRETTY_LOGS / "kjv.o2.wc.jsonl")).stdout.decode().splitlines()
+        if line.startswith(("prediction.hit", "completion.", "prediction.srr")))
+    assert {key: value.split(None, 1)[1] for key, value in raw.items()} == {
+        "prediction.srr": "sum of reciprocal ranks",
+        "prediction.hit": "tokens with the target among the predictions",
+        **{f"prediction.hit{n}": f"tokens with the target among the first {n} predictions" for n in (1, 3, 10, 20)},
+        "completion.characters": "characters saved", "completion.tokens": "tokens completed"}
 
 
 def test_ce_with_a_word_model_warns_once(tmp_path):

@@ -60,6 +60,21 @@ UNITS = {
 }
 """What the statistics of ``lmc stats -o text`` are, in words (Hit@N: ``prediction.hitN``)."""
 
+RAW_UNITS = {
+    "skipped": "tokens not selected",
+    "prediction.srr": "sum of reciprocal ranks",
+    "prediction.hit": "tokens with the target among the predictions",
+    "completion.characters": "characters saved",
+    "completion.tokens": "tokens completed",
+    "entropy.sum": "nats (sum of -logp over the scored tokens)",
+    "entropy.tokens": "tokens scored",
+    "reranking.correct": "tokens right after reranking",
+    "reranking.base_correct": "tokens right by the error model alone",
+    "reranking.already_correct": "tokens typed right",
+}
+"""The same for the raw sums of ``lmc stats -H -o text`` (Hit@N: tokens with the target among
+the first N predictions)."""
+
 
 def to_text(rows: list[dict[str, Any]]) -> str:
     """Each log as ``name  value  unit`` lines (a blank line between logs); the mean
@@ -69,10 +84,12 @@ def to_text(rows: list[dict[str, Any]]) -> str:
     for row in rows:
         flat = flatten(row)
         width = max(map(len, flat), default=0)
+        raw = "tokens" in row      # -H: sums (the ratios have tokens_per_user)
         lines = []
         for name, value in flat.items():
-            unit = UNITS.get(name, "Hit@" + name[len("prediction.hit"):] if
-                             name.startswith("prediction.hit") and name != "prediction.hit" else "")
+            rank = name[len("prediction.hit"):] if name.startswith("prediction.hit") else ""
+            unit = (RAW_UNITS if raw else UNITS).get(name, "") if not rank else \
+                f"tokens with the target among the first {rank} predictions" if raw else f"Hit@{rank}"
             if name == "entropy.mean" and isinstance(value, (int, float)):
                 derived = derived_figures({name: value}, None)
                 if derived:
@@ -89,4 +106,4 @@ OUTPUTS: dict[str, Callable[[list[dict[str, Any]]], str]] = {"json": to_json, "c
                                                               "text": to_text}
 
 
-__all__ = ["OUTPUTS", "UNITS", "to_json", "to_csv", "to_text", "flatten"]
+__all__ = ["OUTPUTS", "UNITS", "RAW_UNITS", "to_json", "to_csv", "to_text", "flatten"]
