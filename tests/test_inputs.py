@@ -572,6 +572,23 @@ def test_statistics_that_are_not_finite_are_warned_about(tmp_path):
     assert result.returncode == 0 and math.isnan(json.loads(result.stdout)["entropy"]["mean"])
     assert result.stderr.decode() == (f"WARNING\t{log}: entropy.mean not finite: the log holds a "
                                       f"NaN or infinite score (lmc validate {log} names the first)\n")
+    # with every option of lmc stats, and in lmc compare (no numpy warning, no traceback):
+    # 4 scores of -1e308 sum beyond the largest float (an OverflowError traceback)
+    huge = tmp_path / "huge.jsonl"
+    huge.write_text("".join(json.dumps({"character": 2 * i, "logp": -1e308, "message": 0, "target": "ab",
+                                        "token": i, "user": f"u{i % 2}"}) + "\n" for i in range(4)))
+    warning = (f"WARNING\t{huge}: entropy.mean not finite: the log holds a NaN or infinite score "
+               f"(lmc validate {huge} names the first)")
+    for options in ([], ["--confidence", "0.9", "--resamples", "400"], ["--derived"], ["--by", "user"]):
+        result = run(LMC, "stats", *options, str(huge))
+        assert result.returncode == 0, result.stderr
+        assert [line for line in result.stderr.decode().splitlines() if "rough" not in line] == [warning]
+        assert all(json.loads(line)["entropy"]["mean"] == math.inf for line in result.stdout.splitlines())
+    result = run(LMC, "compare", "-o", "json", "--resamples", "400", str(huge), str(huge))
+    assert result.returncode == 0
+    assert [line for line in result.stderr.decode().splitlines() if "rough" not in line] == [warning]
+    mean = json.loads(result.stdout)["metrics"]["entropy.mean"]
+    assert mean["delta"] is None and mean["note"].startswith("not comparable: not finite")
 
 
 def test_lmc_dist_output_that_cannot_be_written_is_refused_before_the_run(tmp_path):

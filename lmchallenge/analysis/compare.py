@@ -178,7 +178,9 @@ def compare(baseline: str, logs: Sequence[str], settings: bootstrap.Settings,
                             baseline=base_values[key] if key in base_values
                             else _value(base, num, den),
                             baseline_ci=base_ci.get(key))
-            if key in ENTROPY_KEYS and summary.state.entropy_fingerprint != base_entropy:
+            if not (math.isfinite(row.value) and math.isfinite(row.baseline)):
+                row.note = "not comparable: not finite (a log holds a NaN or infinite score)"
+            elif key in ENTROPY_KEYS and summary.state.entropy_fingerprint != base_entropy:
                 row.note = (f"not comparable: entropy fingerprints differ ({_hex(summary.state.entropy_fingerprint)}"
                             f" vs {_hex(base_entropy)} in the baseline): the logs score different tokens")
             else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -53,18 +54,24 @@ def cli(log: tuple[str, ...], verbose: int, lines: int | None, output: str, huma
     coverage = {path: rundir.coverage(path) or {} for path in paths}
     for row in rows:
         row.update(coverage[row["log"]])     # an unfinished run dir read with --partial says so
-        warn_non_finite(row)
+    for path in paths:      # once per log, not per --by slice
+        warn_non_finite(path, [flatten(row) for row in rows if row["log"] == path])
     if output == "csv":
         rows = [for_csv(row) for row in rows]
     sys.stdout.write(OUTPUTS[output](rows))
 
 
-def warn_non_finite(row: dict[str, Any]) -> None:
-    """Warn about figures of a statistics row that are not finite (printed as LM Challenge
-    5.x prints them: ``NaN``, not JSON): the log holds a NaN or infinite score."""
-    bad = [key for key, value in flatten(row).items()
-           if isinstance(value, float) and not math.isfinite(value)]
+def warn_non_finite(log: str, rows: Sequence[dict[str, Any]]) -> None:
+    """Warn about the figures of ``log`` that are not finite (printed as LM Challenge 5.x
+    prints them: ``NaN``, not JSON): the log holds a NaN or infinite score.
+
+    Args:
+        log: the log's path.
+        rows: its statistics rows, flattened (``{"entropy.mean": float, ...}``).
+    """
+    bad = list(dict.fromkeys(key for row in rows for key, value in row.items()
+                             if isinstance(value, float) and not math.isfinite(value)))
     if bad:
         logging.getLogger(__name__).warning(
             "%s: %s not finite: the log holds a NaN or infinite score (lmc validate %s names "
-            "the first)", row["log"], ", ".join(bad), row["log"])
+            "the first)", log, ", ".join(bad), log)

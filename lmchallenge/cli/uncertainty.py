@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
+import numpy as np
 
 from lmchallenge.cli.options import FiniteFloatRange
 from lmchallenge.stats.bootstrap import METHODS, MIN_RESAMPLES, Settings, few_resamples
@@ -109,12 +110,13 @@ def uncertain_rows(logs: Sequence[str], lines: int | None, human: bool,
             raise click.UsageError("--by prints figures per slice, without intervals or signature")
         from lmchallenge.stats.slices import slices
 
-        rows = [row for path in logs for row in slices(path, options["by"], lines, bool(options.get("derived")))]
-    else:
-        if options.get("confidence") is not None:
-            warn_if_few_resamples(settings_of(options))      # once, not per log
-        rows = [_row(path, lines, human, options) for path in logs]
-    return rows
+        with np.errstate(all="ignore"):     # a NaN or infinite score: lmc stats warns
+            return [row for path in logs
+                    for row in slices(path, options["by"], lines, bool(options.get("derived")))]
+    if options.get("confidence") is not None:
+        warn_if_few_resamples(settings_of(options))      # once, not per log
+    with np.errstate(all="ignore"):
+        return [_row(path, lines, human, options) for path in logs]
 
 
 def _row(path: str, lines: int | None, human: bool, options: dict[str, Any]) -> dict[str, Any]:

@@ -135,8 +135,13 @@ class ExactSum:
         self.nonfinite += other.nonfinite
 
     def value(self) -> float:
-        """The correctly rounded sum."""
-        return self.scaled / (1 << _SCALE_BITS) + self.nonfinite
+        """The correctly rounded sum (± infinity beyond the largest float, as a float sum
+        gives: 4 scores of -1e308 sum to -inf)."""
+        try:
+            exact = self.scaled / (1 << _SCALE_BITS)
+        except OverflowError:
+            exact = math.inf if self.scaled > 0 else -math.inf
+        return exact + self.nonfinite
 
 
 @dataclass
