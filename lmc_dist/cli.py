@@ -237,6 +237,7 @@ def run_wr(ctx, vocab, seed, num_candidates, error_chars, p_anykey, **kw):
 def stats_cmd(run_dir, **uncertainty):
     """Re-reduce RUN_DIR's partitions into its statistics (honours grep's select flags);
     with --confidence, the bootstrap intervals of `lmc stats --confidence` under "ci"."""
+    set_verbosity(0)      # warnings as every command gives them (WARNING<TAB>...)
     stats = reduce.stats_of_run_dir(run_dir)
     if uncertainty["confidence"] is not None:
         from lmchallenge.stats.bootstrap import holding

@@ -40,6 +40,8 @@ def test_run_intervals_equal_lmc_stats_confidence(tmp_path, commits, game):  # n
     # lmc-dist stats re-reduces the run dir: the same again
     assert json.loads(lmc_dist(["stats", *INTERVALS, "--seed", SEED, str(run_dir)]).stdout) == stats
     assert "ci" not in json.loads(lmc_dist(["stats", str(run_dir)]).stdout)
+    thin = lmc_dist(["stats", "--confidence", "0.9", "--resamples", "100", str(run_dir)])
+    assert thin.stderr.decode().startswith("WARNING\t100 resamples leave 5 beyond each endpoint")
     # the concatenated log: the same groups; sums of floats (reciprocal ranks) may be added
     # in another grouping of rows, so equal to rounding
     single = lmc_stats(*INTERVALS, "--seed", SEED, str(whole))
