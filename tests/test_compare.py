@@ -211,6 +211,27 @@ def test_logs_with_nothing_to_compare_are_an_error_not_an_empty_table(tmp_path):
         "probability); lmc stats shows what they have\n")
 
 
+def test_a_baseline_without_a_figure_of_the_logs_shows_it_as_zero(tmp_path):
+    """A baseline wc log that predicts nothing has no prediction or completion figures of
+    its own: its row showed '-' where the differences were taken against 0, and the warning
+    about the data was not given."""
+    log = PRETTY / "kjv.o1.wc.jsonl"
+    data = list(read_log(str(log)))
+    for datum in data:
+        datum["completions"] = [[] for _ in datum["completions"]]
+    nothing = write_jsonl(tmp_path / "nothing.wc.jsonl", data)
+    result = run_lmc("compare", "--resamples", "400", str(nothing), str(log))
+    assert result.stderr.decode().startswith("WARNING\tonly ")
+    lines = result.stdout.decode().splitlines()
+    header, base_row = lines[0], lines[1]
+    assert "prediction.mrr" in header and base_row.startswith(f"{nothing} (baseline)")
+    assert "-" not in base_row[len(f"{nothing} (baseline)"):].split()
+    [row] = compare_json(str(nothing), str(log))
+    mrr = row["metrics"]["prediction.mrr"]
+    assert mrr["baseline"] == 0 and mrr["baseline_ci"] == [0, 0]
+    assert mrr["delta"] == pytest.approx(mrr["value"], rel=1e-12) and mrr["value"] > 0
+
+
 def test_a_warning_about_the_data_is_given_once_for_all_logs():
     path = str(PRETTY / "kjv.o1.ce.jsonl")
     few = bootstrap.summarise(path).table.keys

@@ -158,26 +158,26 @@ def compare(baseline: str, logs: Sequence[str], settings: bootstrap.Settings,
     base = bootstrap.summarise(baseline)
     raw = base.result(human=False)
     game = entropy_game(game, raw["tokens"], raw["characters"])
-    base_metrics = base.metrics(derived=True)
-    base_values = {key: _value(base, num, den) for key, num, den in base_metrics}
-    base_ci = {key: bootstrap.held(bounds, base_values[key]) for key, bounds
-               in bootstrap.intervals(base.table, base_metrics, settings).items()}
+    summaries = [bootstrap.summarise(log) for log in logs]
+    # what any of the logs reports, the baseline's value too (0 where it has none): the
+    # differences are taken against it
+    present = {m for summary in (base, *summaries) for m in summary.metrics(derived=True)}
+    metrics = [m for m in bootstrap.METRICS if m in present]
+    base_values = {key: _value(base, num, den) for key, num, den in metrics}
     # the logs are of the baseline's data (the same users): its warnings are theirs
+    base_ci = {key: bootstrap.held(bounds, base_values[key]) for key, bounds
+               in bootstrap.intervals(base.table, metrics, settings).items()}
     base_entropy = base.state.entropy_fingerprint
     rows = [LogComparison(baseline, baseline, {
         key: MetricRow(value, base_ci[key]) for key, value in base_values.items()}, game)]
-    for log in logs:
-        summary = bootstrap.summarise(log)
-        metrics = [m for m in bootstrap.METRICS if m in base_metrics or m in summary.metrics(derived=True)]
+    for log, summary in zip(logs, summaries):
         own_ci = bootstrap.intervals(summary.table, metrics, settings, warn=False)
         paired = bootstrap.paired(summary.table, base.table, metrics, settings, test)
         comparison = LogComparison(log, baseline, game=game)
         for key, num, den in metrics:
             value = _value(summary, num, den)
-            row = MetricRow(value, bootstrap.held(own_ci[key], value),
-                            baseline=base_values[key] if key in base_values
-                            else _value(base, num, den),
-                            baseline_ci=base_ci.get(key))
+            row = MetricRow(value, bootstrap.held(own_ci[key], value), baseline=base_values[key],
+                            baseline_ci=base_ci[key])
             if not (math.isfinite(row.value) and math.isfinite(row.baseline)):
                 row.note = "not comparable: not finite (a log holds a NaN or infinite score)"
             elif key in ENTROPY_KEYS and summary.state.entropy_fingerprint != base_entropy:
