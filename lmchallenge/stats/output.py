@@ -31,13 +31,19 @@ def to_json(rows: list[dict[str, Any]]) -> str:
     return "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows)
 
 
+def _bound_last(column: str) -> tuple[str, int]:
+    """Sort key of a column: its name, an interval's ``.low`` before its ``.high``."""
+    stem, _, last = column.rpartition(".")
+    return (stem, ("low", "high").index(last)) if last in ("low", "high") else (column, -1)
+
+
 def to_csv(rows: list[dict[str, Any]]) -> str:
     """CSV with the union of the rows' columns (logs of different games together): the
     general ones first, then the rest sorted; a row lacking a column leaves it empty."""
     flat = [flatten(row) for row in rows]
     order = {name: i for i, name in enumerate(FIRST_CSV_COLUMNS)}
     names = {name for row in flat for name in row}
-    columns = sorted(names, key=lambda c: (order.get(c, len(order)), c))
+    columns = sorted(names, key=lambda c: (order.get(c, len(order)), *_bound_last(c)))
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=columns)
     writer.writeheader()
