@@ -123,6 +123,13 @@ def test_derived_adds_units_bits_perplexity_and_ksr():
     assert wc["completion"]["ksr"] == raw["completion"]["characters"] / (raw["characters"] + raw["tokens"])
     low, high = wc["ci"]["completion.ksr"]
     assert low <= wc["completion"]["ksr"] <= high
+    # a log read from stdin: the same units and signature (it said per token, and game:?)
+    for game in ("we", "ce", "wc", "wr"):
+        path = LOGS / f"kjv.{game}.jsonl"
+        from_file = json.loads(run_lmc("stats", "--derived", "--signature", str(path)).stdout)
+        from_stdin = json.loads(run_lmc("stats", "--derived", "--signature", stdin=path.read_bytes()).stdout)
+        assert from_stdin["units"] == from_file["units"], game
+        assert from_stdin["signature"] == from_file["signature"] and f"game:{game}|" in from_file["signature"]
 
 
 def test_derived_by_slice_adds_bits_and_perplexity_per_row():

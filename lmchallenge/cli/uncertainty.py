@@ -129,7 +129,7 @@ def _row(path: str, lines: int | None, human: bool, options: dict[str, Any]) -> 
     game = None
     if derived or options.get("signature"):
         raw = summary.result(human=False)
-        game = entropy_game(_game(path), raw["tokens"], raw["characters"])
+        game = entropy_game(_game(path) or _game_of_sums(raw), raw["tokens"], raw["characters"])
     if derived:
         figures = derived_figures({"entropy.mean": bootstrap.lookup(summary.result(), "entropy.mean")}, game)
         ksr = [m for m in summary.metrics(derived=True) if m[0] in bootstrap.DERIVED]
@@ -151,6 +151,17 @@ def _row(path: str, lines: int | None, human: bool, options: dict[str, Any]) -> 
 
         row["signature"] = signature(path, game, settings)
     return row
+
+
+def _game_of_sums(raw: dict[str, Any]) -> str | None:
+    """The game of a log read once (stdin), from its raw statistics: ``wr`` with candidates,
+    ``we`` with scored tokens (:func:`entropy_game` tells ``ce``), else ``wc``; None when
+    empty."""
+    if not raw["tokens"]:
+        return None
+    if raw["reranking"]["max_candidates"]:
+        return "wr"
+    return "we" if raw["entropy"]["tokens"] else "wc"
 
 
 def _game(path: str) -> str | None:
