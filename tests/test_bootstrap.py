@@ -255,6 +255,8 @@ def test_resamples_too_few_for_the_level_are_warned_about_and_one_is_refused():
                                     "more)\n")
     assert run_lmc("stats", "--confidence", "0.95", "--resamples", "400", log).stderr == b""
     assert b"--resamples 2000 or more" in run_lmc("stats", "--confidence", "0.99", log).stderr
+    assert b"1999 resamples leave 9.99 beyond" in run_lmc("stats", "--confidence", "0.99", "--resamples",
+                                                         "1999", log).stderr     # not "10"
     one = run_lmc("stats", "--confidence", "0.95", "--resamples", "1", log, check=False)
     assert one.returncode == 2 and one.stdout == b""
     assert "Invalid value for '--resamples': 1 is not in the range x>=2." in one.stderr.decode()

@@ -543,7 +543,8 @@ def few_resamples(settings: Settings) -> str | None:
     if tail >= TAIL_RESAMPLES * (1 - 1e-9):     # 200 x 0.1 / 2 is 9.999999999999998
         return None
     wanted = math.ceil(2 * TAIL_RESAMPLES / (1 - settings.confidence) * (1 - 1e-9))
-    return (f"{settings.resamples} resamples leave {tail:.3g} beyond each endpoint of a "
+    shown = math.floor(tail * 100 + 1e-6) / 100     # rounded down: 9.995 is not "10"
+    return (f"{settings.resamples} resamples leave {shown:g} beyond each endpoint of a "
             f"{settings.confidence:g} interval: its endpoints are rough (--resamples {wanted} "
             "or more)")
 
