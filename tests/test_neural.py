@@ -488,6 +488,28 @@ def test_a_tokenizer_with_a_dummy_prefix_scores_as_the_model_reads(marker, how):
         brute_force_logp((original, model), " ", completions[0][0]), abs=5e-5)
 
 
+def test_words_after_a_context_the_tokenizer_cannot_spell_are_null_not_a_failed_run(caplog):
+    """'\u2581' in a text comes back from a SentencePiece-style tokenizer as a space: the
+    words after it in its message cannot be scored exactly, so they get no score and no
+    completions (with one warning); the whole run failed at that line ("refused")."""
+    tokenizer = train_tokenizer(CORPUS, "metaspace")
+    lm = CausalLM.from_objects(tiny_model(len(tokenizer)), tokenizer, batch_size=2, chunk=8)
+    context = "In the \u2581 beginning "
+    with caplog.at_level("WARNING"):
+        assert lm.predict(context, ["God"]) == []
+        assert lm.predict(context, None) == []
+        assert lm.predict_batch([(context, ["God", "the"]), ("In the ", ["\u2581"])]) == [[], []]
+    [warning] = [r.getMessage() for r in caplog.records if "does not spell back" in r.getMessage()]
+    assert warning.endswith(
+        ": a context holds text the tokenizer does not spell back as itself (such as "
+        "'\u2581' in a SentencePiece vocabulary, which comes back as a space): the words after "
+        "it in its message are not scored (null in the log, counted out of the entropy's hit "
+        "ratio) and get no completions")
+    # the words before it, and other messages, are scored as ever
+    assert [word for word, _ in lm.predict("In the ", ["beginning"])] == ["beginning"]
+    assert lm.predict("In the beginning ", None)
+
+
 def test_a_dummy_prefix_that_cannot_be_undone_is_refused_at_load():
     """A tokenizer that puts a space before every text in a way no copy can undo (here a
     regex normalizer) would have every text's first word refused: it is refused at load."""

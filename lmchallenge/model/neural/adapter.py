@@ -198,6 +198,7 @@ class CausalLM(Model):
         """
         answers: list[Result | None] = [None] * len(queries)
         first_beyond = self.scorer.beyond == 0  # nothing left out before: warn once
+        first_unspellable = self.scorer.unspellable == 0
         scored = [i for i, (_, candidates) in enumerate(queries) if candidates is not None]
         try:
             results = self.scorer.score_batch([(queries[i][0], queries[i][1]) for i in scored])
@@ -218,6 +219,12 @@ class CausalLM(Model):
                 "whole chunks of %d): such words are not scored (null in the log, counted "
                 "out of the entropy's hit ratio) and completions stop there", self.name,
                 self.scorer.max_tokens, self.engine.chunk)
+        if first_unspellable and self.scorer.unspellable:
+            logging.getLogger(__name__).warning(
+                "%s: a context holds text the tokenizer does not spell back as itself (such as "
+                "'\u2581' in a SentencePiece vocabulary, which comes back as a space): the words "
+                "after it in its message are not scored (null in the log, counted out of the "
+                "entropy's hit ratio) and get no completions", self.name)
         return answers  # type: ignore[return-value]
 
     def train(self, text: str) -> None:

@@ -170,6 +170,8 @@ class WordScorer:
         self.max_tokens = max_tokens
         self.beyond = 0
         """Words (and completion queries) left out so far for reaching past ``max_tokens``."""
+        self.unspellable = 0
+        """Queries left out so far for a context the tokenizer cannot spell."""
         self.encode = lru_cache(maxsize=65536)(self._encode_checked)
         self._last = _LastSplit(vocab.start_id)
 
@@ -193,14 +195,20 @@ class WordScorer:
         except RefusedQuery:
             return None
 
-    def context_tokens(self, context_pieces: Sequence[str]) -> Tokens:
-        """The start token, then each piece's tokens."""
-        kept = self._last.tokens_of(context_pieces, self.encode)
-        if kept is not None:
-            return kept
-        tokens: list[int] = [self.vocab.start_id]
-        for piece in context_pieces:
-            tokens += self.encode(piece)
+    def context_tokens(self, context_pieces: Sequence[str]) -> Tokens | None:
+        """The start token, then each piece's tokens; None when the tokenizer cannot spell a
+        piece back as itself (``▁`` in a SentencePiece vocabulary comes back as a space):
+        the words after it are not scored, and counted in :attr:`unspellable`."""
+        try:
+            kept = self._last.tokens_of(context_pieces, self.encode)
+            if kept is not None:
+                return kept
+            tokens: list[int] = [self.vocab.start_id]
+            for piece in context_pieces:
+                tokens += self.encode(piece)
+        except RefusedQuery:
+            self.unspellable += 1
+            return None
         return tuple(tokens)
 
     # -- scoring whole words
@@ -231,7 +239,8 @@ class WordScorer:
             per query, ``[(candidate, log P(candidate | context))]`` in the candidates'
             order, leaving out candidates that are not one LM Challenge word token, that
             would continue the context's last word (probability 0 as a word of their own),
-            that the tokenizer cannot spell, or that would reach past ``max_tokens``.
+            that the tokenizer cannot spell, that follow a context it cannot spell, or that
+            would reach past ``max_tokens``.
         Raises:
             RefusedQuery: a query with one candidate that continues the context's last
                 word, or is white space: a character query (``ce``), not computed here (a
@@ -249,6 +258,8 @@ class WordScorer:
                 raise RefusedQuery(f"the candidate {candidates[0]!r} is white space, which only a "
                                    f"character query asks for: {_CHARACTERS}")
             head = self.context_tokens(context_pieces)
+            if head is None:    # a context the tokenizer cannot spell: no word scored
+                continue
             for candidate in candidates:
                 if not single_word(candidate) or self.continues(context_pieces, gap, candidate):
                     continue
@@ -327,6 +338,8 @@ class WordScorer:
             gap = context_pieces[-1][:-len(prefix)]
             context_pieces = context_pieces[:-1]
         head = self.context_tokens(context_pieces)
+        if head is None:    # a context the tokenizer cannot spell
+            return []
         if not self._fits(head, 1):  # not even one token after it
             self.beyond += 1
             return []
