@@ -8,9 +8,12 @@ files only: nothing is downloaded).  A ``.gguf`` file is read by transformers' G
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import platform
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,11 +99,21 @@ def _first_line(error: Exception) -> str:
         (" (...)" if len(lines) > 1 else "")
 
 
-def _location(path: str) -> tuple[str, dict[str, str]]:
-    """``from_pretrained``'s directory and extra arguments for a directory or ``.gguf`` file."""
+@contextlib.contextmanager
+def _location(path: str) -> Iterator[tuple[str, dict[str, str]]]:
+    """``from_pretrained``'s directory and extra arguments for a directory or ``.gguf`` file.
+
+    A ``.gguf`` file is given in a temporary directory that holds only a link to it:
+    ``from_pretrained(folder, gguf_file=...)`` takes a ``tokenizer.json`` in the file's own
+    folder over the GGUF's tokenizer, so another model's files beside it changed the
+    answers silently."""
     if os.path.isdir(path):
-        return path, {}
-    return os.path.dirname(os.path.abspath(path)), {"gguf_file": os.path.basename(path)}
+        yield path, {}
+        return
+    with tempfile.TemporaryDirectory(prefix="lmc-gguf-") as alone:
+        name = os.path.basename(path)
+        os.symlink(os.path.abspath(path), os.path.join(alone, name))
+        yield alone, {"gguf_file": name}
 
 
 def load(path: str, device: str = "cpu", dtype: str = "auto", random_weights: bool = False) -> Loaded:
@@ -127,16 +140,16 @@ def load(path: str, device: str = "cpu", dtype: str = "auto", random_weights: bo
         logging.getLogger(__name__).warning(
             "%s: this CPU has no AVX512-BF16 or AMX, so %s is emulated: expect it to be "
             "several times slower than float32 (--dtype float32)", path, dtype)
-    where, extra = _location(path)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True, **extra)
-        if random_weights:
-            config = AutoConfig.from_pretrained(where, local_files_only=True, **extra)
-            torch.manual_seed(0)
-            model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
-        else:
-            model = AutoModelForCausalLM.from_pretrained(where, local_files_only=True,
-                                                         dtype=torch_dtype, **extra)
+        with _location(path) as (where, extra):
+            tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True, **extra)
+            if random_weights:
+                config = AutoConfig.from_pretrained(where, local_files_only=True, **extra)
+                torch.manual_seed(0)
+                model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+            else:
+                model = AutoModelForCausalLM.from_pretrained(where, local_files_only=True,
+                                                             dtype=torch_dtype, **extra)
     except (OSError, ValueError, ImportError, KeyError) as e:
         raise ModelError(path, f"cannot load the model: {_first_line(e)}",
                          stderr_tail=None) from None
@@ -160,10 +173,10 @@ def save_skeleton(path: str, out_dir: str) -> list[str]:
     """
     from transformers import AutoConfig, AutoTokenizer
     _check_path(path)
-    where, extra = _location(path)
     try:
-        config = AutoConfig.from_pretrained(where, local_files_only=True, **extra)
-        tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True, **extra)
+        with _location(path) as (where, extra):
+            config = AutoConfig.from_pretrained(where, local_files_only=True, **extra)
+            tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True, **extra)
     except (OSError, ValueError, ImportError, KeyError) as e:
         raise ModelError(path, f"cannot read the model: {_first_line(e)}",
                          stderr_tail=None) from None
