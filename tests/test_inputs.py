@@ -674,6 +674,9 @@ def test_lmc_neural_without_the_neural_extra_says_how_to_install_it(tmp_path, ar
         "lmc-neural: error: the neural extra is not installed (no module 'torch', "
         "'transformers'): pip install 'lmchallenge-dist[neural]'\n")
     assert not (tmp_path / "out").exists()
+    # the options can be read before installing it
+    helped = run(PYTHON, "-c", code, argv[0], "--help")
+    assert helped.returncode == 0 and b"Usage: lmc-neural " + argv[0].encode() in helped.stdout
     loaded = run(PYTHON, "-c", hide + "sys.argv[0] = 'lmc'; "
                  "from lmchallenge.cli import main; main()", "run",
                  "lmchallenge.model.neural.adapter:CausalLM", "-o",

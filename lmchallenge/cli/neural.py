@@ -18,9 +18,11 @@ client reports it instead of logging empty answers.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
-from typing import IO
+from collections.abc import Callable
+from typing import IO, Any
 
 import click
 
@@ -100,9 +102,20 @@ def _groups(queries: list, most: int, candidates: int = BATCH_CANDIDATES) -> lis
 def cli() -> None:
     """Causal transformer language models (Hugging Face directories or GGUF files) for LM
     Challenge: whole-word probabilities and completions from subword tokens."""
-    missing = missing_modules()
-    if missing:
-        raise LmcError(install_hint(missing))
+
+
+def needs_the_extra(command: Callable[..., None]) -> Callable[..., None]:
+    """Refuse to run ``command`` without the neural extra's modules, saying how to install
+    them (its ``--help`` is shown without them: it is checked when the command runs)."""
+
+    @functools.wraps(command)
+    def checked(*args: Any, **kwargs: Any) -> None:
+        missing = missing_modules()
+        if missing:
+            raise LmcError(install_hint(missing))
+        command(*args, **kwargs)
+
+    return checked
 
 
 @cli.command()
@@ -138,6 +151,7 @@ def cli() -> None:
 @click.option("--random-weights", is_flag=True,
               help="MODEL's architecture and tokenizer with random weights (a directory "
                    "from `lmc-neural skeleton` will do): for speed measurements only.")
+@needs_the_extra
 def serve(model: str, device: str, dtype: str, batch_size: int, chunk: int, top: int,
           max_expansions: int, threads: int | None, start_token: str | None,
           random_weights: bool, search_width: int) -> None:
@@ -157,6 +171,7 @@ def serve(model: str, device: str, dtype: str, batch_size: int, chunk: int, top:
 @cli.command()
 @click.argument("model", type=click.Path(exists=True))
 @click.argument("out_dir", type=click.Path(file_okay=False))
+@needs_the_extra
 def skeleton(model: str, out_dir: str) -> None:
     """Write MODEL's configuration and tokenizer, without weights, to OUT_DIR: a few MB that
     `serve --random-weights OUT_DIR` runs at the real model's speed (for machines the
@@ -168,6 +183,7 @@ def skeleton(model: str, out_dir: str) -> None:
 @cli.command()
 @click.argument("model", type=click.Path(exists=True))
 @click.argument("out_dir", type=click.Path(file_okay=False))
+@needs_the_extra
 def unpack(model: str, out_dir: str) -> None:
     """Write MODEL (a .gguf file) to OUT_DIR as a model directory, its weights dequantised
     (float32): the same answers, and `serve OUT_DIR` starts in seconds instead of reading
