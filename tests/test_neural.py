@@ -948,6 +948,14 @@ def test_bfloat16_on_a_cpu_without_it_is_warned_about(model_dir, monkeypatch, ca
     expected = [f"{model_dir}: this CPU has no AVX512-BF16 or AMX, so bfloat16 is emulated: "
                 "expect it to be several times slower than float32 (--dtype float32)"]
     assert [r.getMessage() for r in caplog.records] == ([] if supported else expected)
+    # float16 is emulated without AMX-FP16 whatever the CPU's bfloat16 support
+    monkeypatch.setattr(torch.cpu, "_is_amx_fp16_supported", lambda: False)
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        load(str(model_dir), dtype="float16")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{model_dir}: this CPU has no AMX-FP16, so float16 is emulated: expect it to be several "
+        "times slower than float32 (--dtype float32)"]
 
 
 def test_kth_largest_is_a_full_partitions_answer():

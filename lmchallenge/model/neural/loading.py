@@ -138,8 +138,9 @@ def load(path: str, device: str = "cpu", dtype: str = "auto", random_weights: bo
         raise ModelError(path, str(e), stderr_tail=None) from None
     if device == "cpu" and emulated_on_this_cpu(torch_dtype):
         logging.getLogger(__name__).warning(
-            "%s: this CPU has no AVX512-BF16 or AMX, so %s is emulated: expect it to be "
-            "several times slower than float32 (--dtype float32)", path, dtype)
+            "%s: this CPU has no %s, so %s is emulated: expect it to be several times slower "
+            "than float32 (--dtype float32)", path,
+            "AMX-FP16" if torch_dtype == torch.float16 else "AVX512-BF16 or AMX", dtype)
     try:
         with _location(path) as (where, extra):
             tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True, **extra)
