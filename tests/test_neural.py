@@ -727,6 +727,20 @@ def test_files_beside_a_gguf_do_not_replace_its_tokenizer(tmp_path):
         (tmp_path / "alone" / "tokenizer.json").read_bytes()
 
 
+def test_a_truncated_gguf_is_named_as_such(tmp_path):
+    if not SMOLLM2.exists():
+        pytest.skip(f"{SMOLLM2} missing: run scripts/fetch-smollm2.sh (.ci/neural does)")
+    pytest.importorskip("gguf")
+    cut = tmp_path / "cut.gguf"
+    with open(SMOLLM2, "rb") as f:
+        cut.write_bytes(f.read(100_000))
+    result = subprocess.run([str(BIN / "lmc-neural"), "serve", str(cut)], input="", capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"lmc-neural: error: model '{cut}': cannot load the model: the "
+                                    "file ends too soon: truncated, or not a GGUF file (error: ")
+
+
 def test_start_token_option(tiny):
     tokenizer = tiny[0]
     default = adapter(tiny).predict("", ["In"])

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import platform
+import struct
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -99,6 +100,18 @@ def _first_line(error: Exception) -> str:
         (" (...)" if len(lines) > 1 else "")
 
 
+_LOAD_ERRORS = (OSError, ValueError, ImportError, KeyError, struct.error)
+"""What transformers raises for a model it cannot read (``struct.error``: a GGUF file cut
+short, read past its end)."""
+
+
+def _reason(error: BaseException) -> str:
+    """Why a model could not be read, in one line."""
+    if isinstance(error, struct.error):
+        return f"the file ends too soon: truncated, or not a GGUF file ({_first_line(error)})"
+    return _first_line(error)
+
+
 @contextlib.contextmanager
 def _location(path: str) -> Iterator[tuple[str, dict[str, str]]]:
     """``from_pretrained``'s directory and extra arguments for a directory or ``.gguf`` file.
@@ -151,9 +164,8 @@ def load(path: str, device: str = "cpu", dtype: str = "auto", random_weights: bo
             else:
                 model = AutoModelForCausalLM.from_pretrained(where, local_files_only=True,
                                                              dtype=torch_dtype, **extra)
-    except (OSError, ValueError, ImportError, KeyError) as e:
-        raise ModelError(path, f"cannot load the model: {_first_line(e)}",
-                         stderr_tail=None) from None
+    except _LOAD_ERRORS as e:
+        raise ModelError(path, f"cannot load the model: {_reason(e)}", stderr_tail=None) from None
     if not getattr(tokenizer, "is_fast", False):
         raise ModelError(path, "the tokenizer is not a fast (tokenizers) tokenizer",
                          stderr_tail=None)
@@ -178,9 +190,8 @@ def save_skeleton(path: str, out_dir: str) -> list[str]:
         with _location(path) as (where, extra):
             config = AutoConfig.from_pretrained(where, local_files_only=True, **extra)
             tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True, **extra)
-    except (OSError, ValueError, ImportError, KeyError) as e:
-        raise ModelError(path, f"cannot read the model: {_first_line(e)}",
-                         stderr_tail=None) from None
+    except _LOAD_ERRORS as e:
+        raise ModelError(path, f"cannot read the model: {_reason(e)}", stderr_tail=None) from None
     os.makedirs(out_dir, exist_ok=True)
     config.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
