@@ -61,6 +61,12 @@ def token_text(tokenizer, token_id: int) -> str | None:
     return None if not text or text[0] == "\ufffd" else text
 
 
+def token_text_of_byte(value: int) -> str:
+    """The byte-level (GPT-2) token text of one byte."""
+    from lmchallenge.model.neural.vocab import byte_level_decoder
+    return next(char for char, byte in byte_level_decoder().items() if byte == value)
+
+
 def brute_force_logp(tiny, context: str, word: str) -> float:
     """log P(tokens of gap+word, then a token ending the word), from one full forward pass
     (no chunks, no cache) and a boundary set built from lmchallenge.tokenize.words."""
@@ -162,6 +168,44 @@ def test_completion_search_is_exact_within_its_budget(tiny):
     nth = answer[-1][1]
     returned = {rest for rest, _ in answer}
     assert all(score <= nth or word in returned for word, score in scored.items())
+
+
+@pytest.mark.parametrize("context", ["In the beginning God \u6771", "In the beginning God caf",
+                                     "\u6771\u4eac\u306f"])
+def test_completions_through_tokens_that_split_a_character(context):
+    """A byte-level vocabulary spells CJK, emoji and many accented letters in several tokens:
+    the search follows a token that ends inside a character (the next finishes it), so such
+    words are offered, scored as we scores them, and the search stays exact over them (it
+    offered none of them, and nothing at all after a CJK prefix)."""
+    tokenizer = train_tokenizer(CORPUS, "byte-level")
+    model = tiny_model(len(tokenizer))
+    # the bytes of U+4EAC and U+00E9 (each its own token here) and a space made likely
+    # everywhere: the best completions are spelt through split characters
+    favoured = [tokenizer.convert_tokens_to_ids(token_text_of_byte(b)) for b in b"\xe4\xba\xac\xc3\xa9 "]
+    head = torch.nn.Linear(model.lm_head.in_features, model.lm_head.out_features, bias=True)
+    with torch.no_grad():
+        head.weight.copy_(model.lm_head.weight)
+        head.bias.zero_()
+        head.bias[favoured] = 30.0
+    model.lm_head = head
+    lm = CausalLM.from_objects(model, tokenizer, top=5, max_expansions=4000)
+    answer = lm.predict(context, None)
+    assert len(answer) == 5
+    assert any(ord(c) > 127 for rest, _ in answer for c in rest)
+    prefix = context.split(" ")[-1]
+    base = context[:len(context) - len(prefix)]
+    whole = dict(lm.predict(base, [prefix + rest for rest, _ in answer]))
+    for rest, score in answer:
+        assert rest and words(prefix + rest) == [prefix + rest]
+        assert whole[prefix + rest] == pytest.approx(score, abs=1e-5)
+    returned = {prefix + rest for rest, _ in answer}
+    vocabulary = sorted(returned | {prefix + w for w in ("\u4eac", "\u00e9", "\u306e", "\u00fc",
+                                                          "\u9996\u90fd", "a", "e", "es", "\u00e9s")
+                                     if words(prefix + w) == [prefix + w]})
+    scored = dict(lm.predict(base, vocabulary))
+    assert set(scored) == set(vocabulary)     # every word is spelt, through split characters
+    nth = answer[-1][1]
+    assert all(score <= nth + 1e-5 or word in returned for word, score in scored.items())
 
 
 @pytest.mark.parametrize("context", ["In the beginning God ",

@@ -21,6 +21,7 @@ vocabularies write a space as ``▁`` and may spell bytes as ``<0xNN>`` (byte fa
 from __future__ import annotations
 
 import bisect
+import codecs
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -81,6 +82,17 @@ def first_char(data: bytes) -> str | None:
     return None
 
 
+def split_utf8(data: bytes) -> tuple[str, bytes] | None:
+    """``data`` as its whole characters and the bytes of an unfinished last character
+    (``b""`` when none), or ``None`` when ``data`` is not valid UTF-8 so far."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        text = decoder.decode(data, final=False)
+    except UnicodeDecodeError:
+        return None
+    return text, decoder.getstate()[0]
+
+
 def _head(data: bytes) -> str:
     """A token's text as the word tokenizer reads it after a word: its decoded text, or only
     its first character where the bytes after it do not decode."""
@@ -136,6 +148,8 @@ class Vocabulary:
     _continuing: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     _ending_ids: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     _chars: tuple[list[str], np.ndarray] | None = field(default=None, repr=False)
+    _completing: dict[tuple[bytes, str | None], np.ndarray] = field(default_factory=dict, repr=False)
+    _finishing_ids: np.ndarray | None = field(default=None, repr=False)
 
     @classmethod
     def from_tokenizer(cls, tokenizer: Any, size: int, start_id: int | None = None) -> "Vocabulary":
@@ -216,8 +230,9 @@ class Vocabulary:
         return self._chars
 
     def continuing(self, word: str) -> np.ndarray:
-        """Token ids whose text is whole characters that all continue ``word``'s class
-        (none for an emoji or another word of a set of its own)."""
+        """Token ids whose text is whole characters that all continue ``word``'s class,
+        possibly then the first bytes of one more character (the next token finishes it:
+        :meth:`completing`); none for an emoji or another word of a set of its own."""
         key = self.word_class(word)
         if key not in ("w", "p"):
             return np.zeros(0, dtype=np.int64)
@@ -226,16 +241,37 @@ class Vocabulary:
             rep = self._representative(key)
             found = []
             for token_id, data in enumerate(self.pieces):
-                if not data:
-                    continue
-                try:
-                    text = data.decode("utf-8")
-                except UnicodeDecodeError:
-                    continue
-                if single_word(rep + text):
+                split = split_utf8(data) if data else None
+                if split is not None and (single_word(rep + split[0]) if split[0] else split[1]):
                     found.append(token_id)
             ids = np.array(found, dtype=np.int64)
             self._continuing[key] = ids
+        return ids
+
+    def completing(self, unfinished: bytes, word: str) -> np.ndarray:
+        """Token ids that go on from a text ending with the first bytes ``unfinished`` of a
+        character, after the whole characters ``word`` (``""``: that character begins the
+        word): those whose bytes finish it (and possibly more characters, and the first
+        bytes of another) so that the word stays one word of ``word``'s class; a token that
+        leaves it still unfinished too.  Byte-level vocabularies spell many characters
+        (CJK, emoji, accented letters) in several tokens."""
+        key = self.word_class(word) if word else None
+        if key not in ("w", "p", None):
+            return np.zeros(0, dtype=np.int64)
+        ids = self._completing.get((unfinished, key))
+        if ids is None:
+            if self._finishing_ids is None:   # the tokens that start inside a character
+                self._finishing_ids = np.array(
+                    [i for i, data in enumerate(self.pieces) if data and 0x80 <= data[0] < 0xC0],
+                    dtype=np.int64)
+            rep = "" if key is None else self._representative(key)
+            found = []
+            for token_id in self._finishing_ids:
+                split = split_utf8(unfinished + self.pieces[token_id])
+                if split is not None and (single_word(rep + split[0]) if split[0] else split[1]):
+                    found.append(token_id)
+            ids = np.array(found, dtype=np.int64)
+            self._completing[unfinished, key] = ids
         return ids
 
     def token_id(self, data: bytes) -> int | None:

@@ -29,8 +29,10 @@ and every word of a line is scored from one sequence (one pass per chunk of the 
 
 **Completions** (``wc``): a best-first search over token paths after the context whose text
 starts with the gap and the typed prefix (the prefix may end inside a token) and continues
-with characters of the word's class; a path scores its words as above (the boundary term
-included, canonical tokenizations only).  Paths are expanded most probable first (up to
+with characters of the word's class (a token may end inside a character, as byte-level
+vocabularies spell CJK, emoji and many accented letters: the tokens after it finish that
+character); a path scores its words as above (the boundary term included, canonical
+tokenizations only).  Paths are expanded most probable first (up to
 ``width`` together, in one forward pass:
 :meth:`lmchallenge.model.neural.engine.ChunkedLM.path_rows`), so the search stops, exactly,
 when the best open path is less probable than the ``n``-th word found; ``max_expansions``
@@ -49,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from lmchallenge.model.neural.vocab import Vocabulary, single_word
+from lmchallenge.model.neural.vocab import Vocabulary, single_word, split_utf8
 from lmchallenge.tokenize import word_tokenizer
 
 Tokens = tuple[int, ...]
@@ -377,10 +379,13 @@ class WordScorer:
             ids = [i for size in range(1, len(rest) + 1)
                    if (i := vocab.token_id(rest[:size])) is not None]
             return np.array(ids + list(self._crossing(rest, prefix, gap)), dtype=np.int64)
-        word = _decode(text[len(gap.encode("utf-8")):])
-        if not word:  # None: a path that ends inside a character, not followed (module doc)
+        split = split_utf8(text[len(gap.encode("utf-8")):])
+        if split is None:
             return np.zeros(0, dtype=np.int64)
-        return vocab.continuing(word)
+        word, unfinished = split
+        if unfinished:  # a path that ends inside a character: the next token finishes it
+            return vocab.completing(unfinished, word)
+        return vocab.continuing(word) if word else np.zeros(0, dtype=np.int64)
 
     @lru_cache(maxsize=4096)  # noqa: B019 - one scorer per model, bounded
     def _crossing(self, rest: bytes, prefix: str, gap: str) -> tuple[int, ...]:
@@ -391,8 +396,8 @@ class WordScorer:
         for token_id in self.vocab.starting_with(rest):
             data = self.vocab.pieces[token_id]
             full = (gap + prefix).encode("utf-8")[:typed_len] + data
-            word = _decode(full[len(gap_bytes):])
-            if word and single_word(word):
+            split = split_utf8(full[len(gap_bytes):])   # it may end inside a character
+            if split is not None and (single_word(split[0]) if split[0] else split[1]):
                 found.append(token_id)
         return tuple(found)
 
