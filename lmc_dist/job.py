@@ -431,6 +431,7 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
         mf.check_resumable(old, manifest)
         _warn_if_the_model_changed(old, manifest)
         manifest["started"] = old.get("started", manifest["started"])
+        manifest["run"] = old.get("run", manifest["run"])     # the same run, resumed
         manifest["finished"] = old.get("finished")
     _finished_partitions(job.run_dir, old, manifest)
     before = [p.get("rows") or 0 for p in manifest["partitions"] if p["state"] == "done"]
@@ -443,7 +444,8 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
                            if "://" not in scanned.path else scanned.path,
                            corpus_name=job.input, corpus_format=scanned.corpus_format, partition=p,
                            game=job.game, predictor=job.predictor, train=job.train,
-                           out_format=job.out_format, user_type=manifest["user_type"])
+                           out_format=job.out_format, user_type=manifest["user_type"],
+                           run=manifest["run"])
              for p in scanned.partitions]
     register_model_pool(client, job)
     workers = workers_of(client, job) or (job.workers or 1)
@@ -547,6 +549,10 @@ def _finished_partitions(run_dir: str, old: dict[str, Any] | None, manifest: dic
     for entry, new_entry in zip(old_entries, manifest["partitions"]):
         found = finished_part(run_dir, new_entry["file"])
         if found is None:
+            continue
+        if old is None:     # of no run this one continues (one started anew): not its work
+            LOG.warning("%s: of an earlier run in the run dir, not this one's: removed", found)
+            os.remove(found)
             continue
         changed = changed_part(found, entry) if entry is not None else None
         if changed is not None:        # cut short or swapped since: made again

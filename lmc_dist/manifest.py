@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import uuid
 from datetime import datetime, timezone
 from importlib import metadata
 from typing import Any, Literal, NotRequired, TypedDict
@@ -68,6 +69,8 @@ class Manifest(TypedDict):
         messages, characters: totals of the corpus.
         versions: Python's and the packages' versions; started, finished: ISO 8601 UTC
             times (``finished`` is None until the run commits).
+        run: the run's identity (a random hex string), kept by ``--resume`` and new when a run
+            dir is started anew: the tasks of another run write nothing there.
         partitions: one record per partition, in corpus order.
         partition_size: the size the corpus was cut at (:mod:`lmc_dist.sizing`).
         predictor_files: the files the model's command names (weights, vocabulary), by
@@ -92,6 +95,7 @@ class Manifest(TypedDict):
     versions: dict[str, str]
     started: str
     finished: str | None
+    run: NotRequired[str]
     partitions: list[PartitionRecord]
     partition_size: NotRequired[dict[str, Any]]
     predictor_files: NotRequired[dict[str, Any]]
@@ -123,7 +127,7 @@ def new_manifest(*, game: str, game_options: dict, predictor: str, corpus: str,
         "predictor": predictor, "corpus": corpus, "corpus_sha256": scan.sha256,
         "corpus_format": scan.corpus_format, "train": train, "partition_chars": partition_chars,
         "format": out_format, "messages": scan.messages, "characters": scan.characters,
-        "versions": versions(), "started": now(), "finished": None,
+        "versions": versions(), "started": now(), "finished": None, "run": uuid.uuid4().hex,
         "partitions": [dict(p.to_json(), file=name, state="pending")
                        for p, name in zip(scan.partitions, part_names)],
     }

@@ -28,7 +28,7 @@ from lmchallenge.tuning import freeze_heap
 from lmchallenge.games.runner import Game, run_game
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.logs.io import write_log
-from lmchallenge.logs.rundir import TEMPORARY, finished_part
+from lmchallenge.logs.rundir import MANIFEST, TEMPORARY, finished_part
 from lmchallenge.model.shell import ShellModel
 from lmchallenge.model.spec import PredictorSpec, close_model
 from lmchallenge.stats.compute import state_of_log
@@ -69,6 +69,9 @@ class ModelPool(WorkerPlugin):
     work."""
 
     name = PLUGIN_NAME
+    idempotent = True
+    """A second run's registration on a shared scheduler keeps the pool (registering it again
+    tore the first down, killing the models of the runs using it)."""
 
     def __init__(self) -> None:
         self._models: dict[ModelKey, Any] = {}
@@ -279,6 +282,9 @@ class PartitionTask:
         out_format: ``parquet`` or ``jsonl`` (written as ``.jsonl.gz``).
         user_type: the run's type of users, ``string`` or ``integer``: that of the user
             column of every Parquet part (:data:`lmchallenge.logs.parquet.USER_TYPES`).
+        run: the run's identity (its manifest's ``run``): a task of another run in the run
+            dir (one whose client was stopped, still running on a worker when another run
+            took the directory over) writes nothing there (:func:`evaluate_partition`).
     """
 
     run_dir: str
@@ -291,6 +297,7 @@ class PartitionTask:
     train: bool
     out_format: str = "parquet"
     user_type: str = "string"
+    run: str | None = None
 
     @property
     def output_path(self) -> str:
@@ -341,6 +348,7 @@ def evaluate_partition(task: PartitionTask) -> PartitionOutcome:
         LmcError: its log, written, cannot be read back (the file is removed again: a
             ``--resume`` computes the partition anew).
     """
+    _check_still_the_run(task)
     existing = finished_part(task.run_dir, os.path.basename(task.output_path))
     if existing is not None:
         try:
@@ -362,6 +370,12 @@ def evaluate_partition(task: PartitionTask) -> PartitionOutcome:
                          task.output_path, game=task.game.name, compresslevel=PART_GZIP_LEVEL,
                          user_type=task.user_type)
         served(task.output_path)
+    try:
+        _check_still_the_run(task)
+    except StaleTask:     # written over another run's file maybe: gone, so that run sees it
+        with contextlib.suppress(OSError):
+            os.remove(task.output_path)
+        raise
     # the state column-wise from the file just written (in the page cache): 0.4 us a row of
     # Parquet, 2.8 of .jsonl.gz, against 5.5-6.3 us a datum fed one by one (BENCHMARKS.md,
     # "scaling", CPU per token)
@@ -376,6 +390,28 @@ def evaluate_partition(task: PartitionTask) -> PartitionOutcome:
                             characters=task.partition.characters,
                             elapsed=time.monotonic() - started, worker=_worker_name(),
                             state=state, began=began, bytes=os.path.getsize(task.output_path))
+
+
+class StaleTask(Exception):
+    """A partition task of a run that no longer holds its run dir (another run took it over)."""
+
+
+def _check_still_the_run(task: PartitionTask) -> None:
+    """Raise :class:`StaleTask` unless the run dir's manifest is still that of the task's run.
+
+    A client stopped by a signal or killed leaves its running tasks to finish on their
+    workers; when another run has meanwhile taken the run dir over (a run none of whose
+    partitions was done is started anew), their files would pass for that run's."""
+    if task.run is None:
+        return
+    try:
+        with open(os.path.join(task.run_dir, MANIFEST), encoding="utf-8") as f:
+            run = json.load(f).get("run")
+    except (OSError, ValueError):
+        return      # no manifest to go by (a test's task): the task's own checks hold
+    if run is not None and run != task.run:
+        raise StaleTask(f"partition {task.partition.index}: {task.run_dir} now holds another "
+                        f"run ({run}, not {task.run}): nothing written")
 
 
 def state_of_existing_part(path: str, index: int, characters: int) -> PartitionOutcome:

@@ -421,6 +421,61 @@ def test_a_partition_rerun_after_the_commit_reads_its_file(tmp_path):
     assert not (run_dir / "_temporary").exists()
 
 
+def test_a_task_of_another_run_writes_nothing_in_the_run_dir(tmp_path):
+    """A client stopped by a signal leaves its running tasks to finish on their workers; a
+    run that took the run dir over meanwhile (started anew: none of the first run's
+    partitions was done) exited 0 with the first run's wc rows in its we log.  Tasks carry
+    their run's identity: one of another run writes nothing, whether it starts after the
+    takeover or finishes after it (its file, perhaps written over the new run's, removed)."""
+    import threading
+    from dataclasses import fields, replace
+
+    from lmchallenge.games.spec import GameSpec
+    from lmchallenge.model.spec import PredictorSpec
+    from lmc_dist.partition import Partition
+    from lmc_dist.worker import PartitionTask, StaleTask, evaluate_partition
+
+    corpus = tagged_corpus(tmp_path / "corpus.txt", 20)
+    run_dir = tmp_path / "run"
+    made = subprocess.run(run_args(corpus, run_dir, extra=RUN_OPTIONS), capture_output=True, timeout=300)
+    assert made.returncode == 0, made.stderr.decode()
+    manifest = json.loads((run_dir / "_manifest.json").read_text())
+    assert len(manifest["run"]) == 32
+    entry = manifest["partitions"][0]
+    partition = Partition(**{f.name: entry[f.name] for f in fields(Partition) if f.name in entry})
+    (run_dir / "_temporary").mkdir()
+    committed = run_dir / entry["file"]
+    kept = committed.rename(tmp_path / "kept")      # so that the partition is computed
+    task = PartitionTask(run_dir=str(run_dir), input_path=str(corpus), corpus_name=str(corpus),
+                         corpus_format="text", partition=partition, game=GameSpec("wc"),
+                         predictor=PredictorSpec(toy_model_command("--delay", "0.05")), train=False,
+                         run="another run")
+    with pytest.raises(StaleTask, match="now holds another run"):
+        evaluate_partition(task)
+    assert not Path(task.output_path).exists()
+    # one that finishes after the takeover
+    running = replace(task, run=manifest["run"])
+    failed: list[BaseException] = []
+    thread = threading.Thread(target=lambda: failed.extend(_raised(evaluate_partition, running)))
+    thread.start()
+    time.sleep(0.5)
+    (run_dir / "_manifest.json").write_text(json.dumps(dict(manifest, run="taken over")))
+    thread.join(120)
+    assert [type(e) for e in failed] == [StaleTask] and not Path(task.output_path).exists()
+    # and a --resume of the same run takes what its own killed client's tasks made
+    (run_dir / "_manifest.json").write_text(json.dumps(manifest))
+    kept.rename(committed)
+    assert evaluate_partition(replace(running, game=GameSpec("we"))).rows == entry["rows"]
+
+
+def _raised(function, *args) -> list[BaseException]:
+    try:
+        function(*args)
+    except BaseException as e:  # noqa: BLE001 - reported to the test's thread
+        return [e]
+    return []
+
+
 def test_a_run_killed_after_its_commit_point_is_tidied_by_resume(tmp_path):
     """Killed between the manifest's "finished" (the commit point) and the removal of the note
     and _temporary/: lmc's readers take the run as finished, pandas still refuses it, and
