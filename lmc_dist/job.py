@@ -47,7 +47,7 @@ from lmc_dist import reduce
 from lmc_dist.connection import require_scheduler, submit
 from lmc_dist.failures import StartFailures, failure_messages
 from lmc_dist.partition import scan
-from lmc_dist.resources import Resources, require_offered
+from lmc_dist.resources import Resources, format_resources, offering, require_offered
 from lmc_dist.quiet import (TASK_PREFIX, client_filters, quiet_interruption, sigint_deferred,
                             start_without_sigint)
 from lmc_dist.sizing import ForCluster, PartitionSize, query_cost, recorded_size
@@ -185,6 +185,10 @@ def connect(job: DistJob) -> Iterator[Client]:
         yield client
 
 
+CONNECT_GRACE_SECONDS = 5.0
+"""How much longer than Dask's connect timeout a client may take to get an answer."""
+
+
 def scheduler_client(address: str, say_after: float = 2.0) -> Client:
     """A client of the Dask scheduler at ``address``; where none has answered after
     ``say_after`` seconds and Dask waits for one at least 5 s
@@ -200,12 +204,31 @@ def scheduler_client(address: str, say_after: float = 2.0) -> Client:
     waiting.daemon = True
     if limit >= 5:
         waiting.start()
+    made: list[Any] = []
+
+    def make() -> None:
+        try:
+            made.append(Client(address))
+        except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
+            made.append(e)
+
+    # Dask bounds the connection, not the handshake: a server that is not a scheduler (its
+    # dashboard's port) held the client for ever
+    connecting = threading.Thread(target=make, name="lmc-dist-connect", daemon=True)
     try:
-        return Client(address)
-    except (OSError, TimeoutError) as e:
-        raise LmcError(f"cannot reach the Dask scheduler at {address} ({str(e).rstrip('.')})") from None
+        start_without_sigint(connecting)
+        connecting.join(limit + CONNECT_GRACE_SECONDS)
     finally:
         waiting.cancel()
+    if not made:
+        raise LmcError(f"no Dask scheduler answered at {address} within {limit + CONNECT_GRACE_SECONDS:g} s "
+                       "(a server listens there, but does not speak Dask's protocol: the "
+                       "dashboard's port is not the scheduler's)")
+    if isinstance(made[0], (OSError, TimeoutError)):
+        raise LmcError(f"cannot reach the Dask scheduler at {address} ({str(made[0]).rstrip('.')})")
+    if isinstance(made[0], BaseException):
+        raise made[0]
+    return made[0]
 
 
 def cluster_name(job: DistJob) -> str:
@@ -226,6 +249,8 @@ def register_model_pool(client: Client, job: DistJob) -> None:
         return
     except OSError:          # CommClosedError: a worker went away during the broadcast
         pass
+    except Exception as e:  # noqa: BLE001 - a worker's error, raised again here
+        raise _cannot_set_up(job, e) from None
     try:
         if not job.scheduler:
             client.wait_for_workers(job.workers or os.cpu_count() or 1, timeout=60)
@@ -233,6 +258,21 @@ def register_model_pool(client: Client, job: DistJob) -> None:
     except (OSError, TimeoutError) as e:
         raise LmcError(f"{cluster_name(job)} lost workers as the run started ({str(e).rstrip('.')}); run again "
                        "(with --resume if the run dir holds a run)") from None
+    except Exception as e:  # noqa: BLE001 - a worker's error, raised again here
+        raise _cannot_set_up(job, e) from None
+
+
+def _cannot_set_up(job: DistJob, error: BaseException) -> LmcError:
+    """The error of a worker that cannot take the run's model pool: most often one without
+    this package (Dask raises its ``ModuleNotFoundError`` wrapped in an ``Exception``)."""
+    return LmcError(f"a worker of {cluster_name(job)} cannot set the run up ({_first_line(error)}): "
+                    "every worker needs lmchallenge-dist installed, the same version as here "
+                    "(deploy/README.md)")
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
 def _dashboard_address() -> str | None:
@@ -715,10 +755,17 @@ def _watching_workers(client: Client, job: DistJob, items: Iterable[Any],
         alone = False
         while not stop.wait(every):
             try:
-                workers = len(client.scheduler_info().get("workers", {}))
+                connected = client.scheduler_info().get("workers", {})
             except Exception:  # noqa: BLE001 - the scheduler gone: the run itself says so
                 return
-            if workers == 0 and not alone:
+            workers = len(offering(connected, job.resources)) if job.resources else len(connected)
+            if workers == 0 and not alone and job.resources:
+                wanted = format_resources(job.resources)
+                LOG.warning("no Dask worker declaring the resources %s that --resources asks for "
+                            "is connected to %s (%d other workers): the run waits for one (`dask "
+                            "worker %s --resources \"%s\"`)", wanted, cluster_name(job),
+                            len(connected), job.scheduler, wanted)
+            elif workers == 0 and not alone:
                 LOG.warning("no Dask worker is connected to %s: the run waits for one (`dask "
                             "worker %s`)", cluster_name(job), job.scheduler)
             alone = workers == 0

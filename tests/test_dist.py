@@ -691,6 +691,89 @@ def test_a_scheduler_without_workers_is_said_and_the_run_goes_on_when_one_comes(
         assert json.loads(out)["entropy"]["hit"] > 0
 
 
+@pytest.mark.slow
+def test_losing_the_workers_with_the_resources_asked_for_is_said(tmp_path):
+    """A run with --resources GPU=1 whose only GPU worker is lost waited in silence (the
+    watch counted every worker); it says so, and goes on when one comes."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_bytes(b"".join((DATA / "kjv" / "test.sample.txt").read_bytes()
+                                .splitlines(keepends=True)[:60]))
+    with cluster(2, tmp_path, {1: ["--resources", "GPU=1"]}) as c:
+        proc = subprocess.Popen([str(BIN / "lmc-dist"), "run", toy_model_command("--delay", "0.02"), "we",
+                                 "--input", str(corpus), "--run-dir", str(tmp_path / "rd"),
+                                 "--scheduler", c.address, "--resources", "GPU=1",
+                                 "--partition-chars", "300", "--no-progress"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(4)
+        c.workers[1].kill()
+        lines = []
+        deadline = threading.Timer(90, proc.kill)
+        deadline.start()
+        for line in proc.stderr:
+            lines.append(line)
+            if "no Dask worker" in line:
+                break
+        deadline.cancel()
+        assert lines and lines[-1] == (
+            "WARNING\tno Dask worker declaring the resources GPU=1 that --resources asks for is "
+            f"connected to the Dask cluster at {c.address} (1 other workers): the run waits for "
+            f"one (`dask worker {c.address} --resources \"GPU=1\"`)\n")
+        c.workers.append(c.start_worker(2, ["--resources", "GPU=1"]))
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err
+
+
+@pytest.mark.slow
+def test_a_worker_without_the_package_is_one_line_naming_what_it_needs(tmp_path):
+    """A worker started from an environment without lmchallenge-dist: a traceback ending in
+    Exception: ModuleNotFoundError(...) (exit 1)."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("in the beginning\n")
+    with cluster(0, tmp_path) as c:
+        code = ("import sys; sys.modules['lmc_dist'] = None; sys.argv[0] = 'dask-worker'; "
+                "from distributed.cli.dask_worker import main; main()")
+        c.workers.append(c._start([str(PYTHON), "-c", code, c.address, "--nthreads", "1", "--no-nanny",
+                                   "--host", "127.0.0.1", "--no-dashboard"], "bare"))
+        c.wait_for(1)
+        result = lmc_dist(["run", toy_model_command(), "we", "--input", str(corpus), "--run-dir",
+                           str(tmp_path / "rd"), "--scheduler", c.address, "--no-progress"], check=False)
+    assert result.returncode == 2 and b"Traceback" not in result.stderr
+    assert result.stderr.decode().startswith(
+        f"lmc-dist: error: a worker of the Dask cluster at {c.address} cannot set the run up "
+        "(Exception: ModuleNotFoundError(")
+    assert result.stderr.decode().endswith("every worker needs lmchallenge-dist installed, the same "
+                                           "version as here (deploy/README.md)\n")
+
+
+@pytest.mark.slow
+def test_a_server_that_is_not_a_scheduler_is_said_not_waited_for(tmp_path):
+    """--scheduler at a port whose server does not speak Dask (the dashboard's) waited for
+    ever: Dask bounds the connection, not the handshake."""
+    import socketserver
+
+    class Silent(socketserver.BaseRequestHandler):
+        def handle(self):
+            time.sleep(60)
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("in the beginning\n")
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Silent) as server:
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        address = f"tcp://127.0.0.1:{server.server_address[1]}"
+        started = time.monotonic()
+        result = lmc_dist(["run", toy_model_command(), "we", "--input", str(corpus), "--run-dir",
+                           str(tmp_path / "rd"), "--scheduler", address, "--no-progress"], check=False,
+                          env={**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2"})
+        server.shutdown()
+    assert time.monotonic() - started < 40
+    assert result.returncode == 2
+    assert result.stderr.decode() == (
+        f"lmc-dist: error: no Dask scheduler answered at {address} within 7 s (a server listens "
+        "there, but does not speak Dask's protocol: the dashboard's port is not the scheduler's)\n")
+    assert not (tmp_path / "rd").exists()
+
+
 @pytest.mark.parametrize("misbehaviour, said", [
     (["--at-exit", "goodbye"], "answered more lines than it was asked: 'goodbye'"),
     (["--mode", "twice", "--after", "5"], "answered more lines than it was asked: "),
