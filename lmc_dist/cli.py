@@ -158,9 +158,10 @@ def _execute(ctx, game: GameSpec, kw: dict) -> None:
     try:
         report = execute(job)
     except KeyboardInterrupt as e:   # Ctrl-C or SIGTERM: after the commit, the run is whole
-        if mf.load(job.run_dir) is None:      # stopped before the run began: nothing to resume
+        begun = mf.load(job.run_dir)
+        if begun is None:      # stopped before the run began: nothing to resume
             e.hint = "no run was begun"
-        elif (mf.load(job.run_dir) or {}).get("finished"):
+        elif begun.get("finished"):
             e.hint = (f"the run had committed: it is complete in {job.run_dir} (statistics in "
                       f"{rundir.STATS})" + (f"; if {job.output} is not there, write it with "
                                             f"`lmc convert {job.run_dir} -o {job.output}`"

@@ -11,7 +11,10 @@ stands for and classifies tokens against that tokenizer:
   sequence) and other special tokens are in no boundary set: leaving them out can only
   lower a word's probability, never let two words' events overlap.
 * a token **continues** a word of a class when all its characters are characters of that
-  word class (rule 2: letters, digits, ``'``, ``-``, ...; rule 3: punctuation and symbols).
+  word class (rule 2: letters, digits, ``'``, ``-``, ...; rule 3: punctuation and symbols),
+  possibly followed by the first bytes of one more character, which the tokens after it
+  finish (:meth:`Vocabulary.completing`: byte-level vocabularies spell CJK, emoji and many
+  accented letters in several tokens).
 
 Token texts: byte-level BPE (GPT-2, SmolLM2, Llama 3) maps each byte to a printable
 character (Radford et al. 2019, GPT-2's ``bytes_to_unicode``); SentencePiece-style
