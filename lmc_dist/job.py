@@ -195,7 +195,9 @@ def scheduler_client(address: str, say_after: float = 2.0) -> Client:
     (``distributed.comm.timeouts.connect``: 30 s), a warning says what the run waits for.
 
     Raises:
-        LmcError: no scheduler answers there (within Dask's ``distributed.comm.timeouts.connect``).
+        LmcError: no scheduler answers there (within Dask's ``distributed.comm.timeouts.connect``),
+            or none has finished the client's start within three times that and
+            :data:`CONNECT_GRACE_SECONDS`.
     """
     limit = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds")
     waiting = threading.Timer(say_after, LOG.warning, (
@@ -212,18 +214,20 @@ def scheduler_client(address: str, say_after: float = 2.0) -> Client:
         except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
             made.append(e)
 
-    # Dask bounds the connection, not the handshake: a server that is not a scheduler (its
-    # dashboard's port) held the client for ever
+    # Dask bounds each step of its client's start (the connection, the scheduler's
+    # information, the stream's start: each within the connect timeout), not the handshake:
+    # a server that is not a scheduler (its dashboard's port) held the client for ever
+    deadline = 3 * limit + CONNECT_GRACE_SECONDS
     connecting = threading.Thread(target=make, name="lmc-dist-connect", daemon=True)
     try:
         start_without_sigint(connecting)
-        connecting.join(limit + CONNECT_GRACE_SECONDS)
+        connecting.join(deadline)
     finally:
         waiting.cancel()
     if not made:
-        raise LmcError(f"no Dask scheduler answered at {address} within {limit + CONNECT_GRACE_SECONDS:g} s "
-                       "(a server listens there, but does not speak Dask's protocol: the "
-                       "dashboard's port is not the scheduler's)")
+        raise LmcError(f"no Dask scheduler answered at {address} within {deadline:g} s (a server "
+                       "listens there, but does not speak Dask's protocol, such as the "
+                       "dashboard's port, or is too busy to answer)")
     if isinstance(made[0], (OSError, TimeoutError)):
         raise LmcError(f"cannot reach the Dask scheduler at {address} ({str(made[0]).rstrip('.')})")
     if isinstance(made[0], BaseException):

@@ -69,9 +69,6 @@ class ModelPool(WorkerPlugin):
     work."""
 
     name = PLUGIN_NAME
-    idempotent = True
-    """A second run's registration on a shared scheduler keeps the pool (registering it again
-    tore the first down, killing the models of the runs using it)."""
 
     def __init__(self) -> None:
         self._models: dict[ModelKey, Any] = {}

@@ -199,27 +199,6 @@ def test_wr_stats_match_lmc_run(tmp_path, commits, two_workers):
 
 
 @pytest.mark.slow
-@pytest.mark.slow
-def test_two_runs_at_once_on_one_scheduler_keep_each_other_s_models(tmp_path, commits):
-    """The second run registered the workers' model pool again, which tore the first's down:
-    its running models were killed (partitions failed: 'Bad file descriptor', SIGKILL)."""
-    expected = lmc_run(["we"], commits)
-    with cluster(2, tmp_path) as c:
-        def start(name: str) -> subprocess.Popen:
-            return subprocess.Popen([str(BIN / "lmc-dist"), "run", toy_model_command("--delay", "0.003"),
-                                     "we", "--input", str(commits), "--run-dir", str(tmp_path / name),
-                                     "--scheduler", c.address, "--partition-chars", "2000",
-                                     "--retries", "0", "--no-progress"],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        first = start("first")
-        time.sleep(3)
-        second = start("second")
-        for proc in (first, second):
-            _, err = proc.communicate(timeout=300)
-            assert proc.returncode == 0, err.decode()
-    assert concatenated(tmp_path / "first") == concatenated(tmp_path / "second") == expected
-
-
 def test_worker_killed_mid_run(tmp_path, commits):
     expected = lmc_run(["wc", "-p"], commits)
     run_dir = tmp_path / "run"
@@ -769,8 +748,9 @@ def test_a_server_that_is_not_a_scheduler_is_said_not_waited_for(tmp_path):
     assert time.monotonic() - started < 40
     assert result.returncode == 2
     assert result.stderr.decode() == (
-        f"lmc-dist: error: no Dask scheduler answered at {address} within 7 s (a server listens "
-        "there, but does not speak Dask's protocol: the dashboard's port is not the scheduler's)\n")
+        f"lmc-dist: error: no Dask scheduler answered at {address} within 11 s (a server listens "
+        "there, but does not speak Dask's protocol, such as the dashboard's port, or is too busy "
+        "to answer)\n")
     assert not (tmp_path / "rd").exists()
 
 

@@ -376,6 +376,9 @@ def test_units_are_named():
     raw = dict(line.split(None, 1) for line in run(
         LMC, "stats", "-H", "-o", "text", str(PRETTY_LOGS / "kjv.o2.wc.jsonl")).stdout.decode().splitlines()
         if line.startswith(("prediction.hit", "completion.", "prediction.srr")))
+    # --by rows are ratios though they count their tokens
+    by = run(LMC, "stats", "--by", "message-length", "-o", "text", str(PRETTY_LOGS / "kjv.o2.wc.jsonl"))
+    assert "  Hit@1" in by.stdout.decode() and "among the first" not in by.stdout.decode()
     assert {key: value.split(None, 1)[1] for key, value in raw.items()} == {
         "prediction.srr": "sum of reciprocal ranks",
         "prediction.hit": "tokens with the target among the predictions",
@@ -571,14 +574,15 @@ def test_statistics_that_are_not_finite_are_warned_about(tmp_path):
     result = run(LMC, "stats", str(log))
     assert result.returncode == 0 and math.isnan(json.loads(result.stdout)["entropy"]["mean"])
     assert result.stderr.decode() == (f"WARNING\t{log}: entropy.mean not finite: the log holds a "
-                                      f"NaN or infinite score (lmc validate {log} names the first)\n")
+                                      f"NaN or infinite score (lmc validate {log} names the first), "
+                                      "or scores whose sum is beyond the largest float\n")
     # with every option of lmc stats, and in lmc compare (no numpy warning, no traceback):
     # 4 scores of -1e308 sum beyond the largest float (an OverflowError traceback)
     huge = tmp_path / "huge.jsonl"
     huge.write_text("".join(json.dumps({"character": 2 * i, "logp": -1e308, "message": 0, "target": "ab",
                                         "token": i, "user": f"u{i % 2}"}) + "\n" for i in range(4)))
     warning = (f"WARNING\t{huge}: entropy.mean not finite: the log holds a NaN or infinite score "
-               f"(lmc validate {huge} names the first)")
+               f"(lmc validate {huge} names the first), or scores whose sum is beyond the largest float")
     for options in ([], ["--confidence", "0.9", "--resamples", "400"], ["--derived"], ["--by", "user"]):
         result = run(LMC, "stats", *options, str(huge))
         assert result.returncode == 0, result.stderr
@@ -586,9 +590,19 @@ def test_statistics_that_are_not_finite_are_warned_about(tmp_path):
         assert all(json.loads(line)["entropy"]["mean"] == math.inf for line in result.stdout.splitlines())
     result = run(LMC, "compare", "-o", "json", "--resamples", "400", str(huge), str(huge))
     assert result.returncode == 0
-    assert [line for line in result.stderr.decode().splitlines() if "rough" not in line] == [warning]
+    assert [line for line in result.stderr.decode().splitlines() if "rough" not in line] == []
     mean = json.loads(result.stdout)["metrics"]["entropy.mean"]
     assert mean["delta"] is None and mean["note"].startswith("not comparable: not finite")
+    # a log that scores nothing has no figure (0 / 0), not a non-finite one
+    nothing = tmp_path / "nothing.jsonl"
+    nothing.write_text(huge.read_text().replace("-1e+308", "null"))
+    finite = tmp_path / "finite.jsonl"
+    finite.write_text(huge.read_text().replace("-1e+308", "-2.5"))
+    for logs in ([nothing, finite], [finite, nothing]):
+        result = run(LMC, "compare", "-o", "json", "--resamples", "400", *map(str, logs))
+        assert result.returncode == 0 and b"not finite" not in result.stderr + result.stdout
+        note = json.loads(result.stdout)["metrics"]["entropy.mean"]["note"]
+        assert note.startswith("not comparable: entropy fingerprints differ")
 
 
 def test_lmc_dist_output_that_cannot_be_written_is_refused_before_the_run(tmp_path):

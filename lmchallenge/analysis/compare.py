@@ -178,11 +178,11 @@ def compare(baseline: str, logs: Sequence[str], settings: bootstrap.Settings,
             value = _value(summary, num, den)
             row = MetricRow(value, bootstrap.held(own_ci[key], value), baseline=base_values[key],
                             baseline_ci=base_ci[key])
-            if not (math.isfinite(row.value) and math.isfinite(row.baseline)):
-                row.note = "not comparable: not finite (a log holds a NaN or infinite score)"
-            elif key in ENTROPY_KEYS and summary.state.entropy_fingerprint != base_entropy:
+            if key in ENTROPY_KEYS and summary.state.entropy_fingerprint != base_entropy:
                 row.note = (f"not comparable: entropy fingerprints differ ({_hex(summary.state.entropy_fingerprint)}"
                             f" vs {_hex(base_entropy)} in the baseline): the logs score different tokens")
+            elif _not_finite(summary, key, num, den) or _not_finite(base, key, num, den):
+                row.note = "not comparable: not finite (a log holds a NaN or infinite score)"
             else:
                 result = paired[key]
                 row.delta, row.ci, row.p = result.delta, result.ci, result.p
@@ -193,6 +193,13 @@ def compare(baseline: str, logs: Sequence[str], settings: bootstrap.Settings,
                        "(a wc log without a hit in its predictions or completions, a we or ce "
                        "log without a probability); lmc stats shows what they have")
     return rows
+
+
+def _not_finite(summary: bootstrap.LogSummary, key: str, numerator: str, denominator: str) -> bool:
+    """Whether the figure is NaN or infinite from the log's scores (not from nothing scored:
+    0 / 0 is no figure, which the entropy fingerprints tell apart)."""
+    value = _value(summary, numerator, denominator)
+    return not math.isfinite(value) and bool(summary.table.totals()[bootstrap.COLUMN[denominator]])
 
 
 def is_better(key: str, delta: float) -> bool:

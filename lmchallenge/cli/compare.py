@@ -8,7 +8,6 @@ import click
 import numpy as np
 
 from lmchallenge.cli.options import FiniteFloatRange, partial_option
-from lmchallenge.cli.stats import warn_non_finite
 from lmchallenge.cli.uncertainty import (DEFAULT_RESAMPLES, DEFAULT_SEED, METHODS, MIN_RESAMPLES,
                                          warn_if_few_resamples)
 
@@ -43,9 +42,6 @@ def cli(baseline: str, log: tuple[str, ...], output: str, confidence: float, res
     settings = Settings(confidence, resamples, seed, ci_method)
     warn_if_few_resamples(settings)
     test = "randomisation" if paired_ar else "bootstrap"
-    with np.errstate(all="ignore"):     # a NaN or infinite score: warned about below
+    with np.errstate(all="ignore"):     # a NaN or infinite score: "not comparable" notes say so
         rows = compare.compare(baseline, list(log), settings, test)
-    for path in dict.fromkeys(row.log for row in rows):
-        warn_non_finite(path, [{key: metric.value for key, metric in row.metrics.items()}
-                               for row in rows if row.log == path])
     sys.stdout.write(compare.WRITERS[output](rows, settings, test))

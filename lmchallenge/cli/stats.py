@@ -74,4 +74,4 @@ def warn_non_finite(log: str, rows: Sequence[dict[str, Any]]) -> None:
     if bad:
         logging.getLogger(__name__).warning(
             "%s: %s not finite: the log holds a NaN or infinite score (lmc validate %s names "
-            "the first)", log, ", ".join(bad), log)
+            "the first), or scores whose sum is beyond the largest float", log, ", ".join(bad), log)

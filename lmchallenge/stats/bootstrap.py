@@ -543,8 +543,10 @@ def few_resamples(settings: Settings) -> str | None:
     if tail >= TAIL_RESAMPLES * (1 - 1e-9):     # 200 x 0.1 / 2 is 9.999999999999998
         return None
     wanted = math.ceil(2 * TAIL_RESAMPLES / (1 - settings.confidence) * (1 - 1e-9))
-    shown = math.floor(tail * 100 + 1e-6) / 100     # rounded down: 9.995 is not "10"
-    return (f"{settings.resamples} resamples leave {shown:g} beyond each endpoint of a "
+    shown = f"{tail:.3g}"
+    if float(shown) >= TAIL_RESAMPLES:      # 9.995 is not "10"
+        shown = f"{math.floor(tail * 100) / 100:g}"
+    return (f"{settings.resamples} resamples leave {shown} beyond each endpoint of a "
             f"{settings.confidence:g} interval: its endpoints are rough (--resamples {wanted} "
             "or more)")
 

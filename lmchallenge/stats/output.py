@@ -90,7 +90,7 @@ def to_text(rows: list[dict[str, Any]]) -> str:
     for row in rows:
         flat = flatten(row)
         width = max(map(len, flat), default=0)
-        raw = "tokens" in row      # -H: sums (the ratios have tokens_per_user)
+        raw = "srr" in row.get("prediction", {})   # -H: sums (the ratios have mrr)
         lines = []
         for name, value in flat.items():
             rank = name[len("prediction.hit"):] if name.startswith("prediction.hit") else ""
