@@ -468,6 +468,31 @@ def test_a_task_of_another_run_writes_nothing_in_the_run_dir(tmp_path):
     assert evaluate_partition(replace(running, game=GameSpec("we"))).rows == entry["rows"]
 
 
+def test_a_part_file_in_a_run_dir_started_anew_is_not_taken_for_the_new_run_s(tmp_path):
+    """A run dir whose run has no partition done is started anew; a part file in place then
+    (one written late by a task of the run before, of another game) was taken as the new
+    run's partition, which passed for complete with the other game's rows."""
+    small, large = tagged_corpus(tmp_path / "small.txt", 4), tagged_corpus(tmp_path / "large.txt", 30)
+    run_dir = tmp_path / "run"
+    failed = subprocess.run([str(BIN / "lmc-dist"), "run", "no-such-model-command", "we", "--input",
+                             str(small), "--run-dir", str(run_dir), *RUN_OPTIONS],
+                            capture_output=True, text=True, timeout=300)
+    assert failed.returncode == 2 and len(partition_lines(run_dir)) < 4
+    other = tmp_path / "other"
+    made = subprocess.run(run_args(large, other, game="wc", extra=RUN_OPTIONS), capture_output=True,
+                          text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
+    (run_dir / "_temporary").mkdir(exist_ok=True)
+    shutil.copy(other / "part-00005.parquet", run_dir / "_temporary" / "part-00005.parquet")
+    again = subprocess.run(run_args(large, run_dir, extra=RUN_OPTIONS), capture_output=True,
+                           text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "holds a run none of whose partitions is done: starting it anew" in again.stderr
+    assert f"{run_dir / '_temporary' / 'part-00005.parquet'}: of an earlier run in the run dir, not " \
+           "this one's: removed" in again.stderr
+    assert concatenated(run_dir) == lmc_run(["we"], large)
+
+
 def _raised(function, *args) -> list[BaseException]:
     try:
         function(*args)
