@@ -32,7 +32,7 @@ from distributed.comm.core import CommClosedError
 from tqdm import tqdm
 
 from lmchallenge.corpus import check_unchanged
-from lmchallenge.errors import LmcError, ModelError
+from lmchallenge.errors import LmcError, ModelError, first_line
 from lmchallenge.tuning import DASK_EMBEDDED_CONFIG
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.logs.convert import convert_file, join_logs
@@ -269,14 +269,9 @@ def register_model_pool(client: Client, job: DistJob) -> None:
 def _cannot_set_up(job: DistJob, error: BaseException) -> LmcError:
     """The error of a worker that cannot take the run's model pool: most often one without
     this package (Dask raises its ``ModuleNotFoundError`` wrapped in an ``Exception``)."""
-    return LmcError(f"a worker of {cluster_name(job)} cannot set the run up ({_first_line(error)}): "
+    return LmcError(f"a worker of {cluster_name(job)} cannot set the run up ({first_line(error)}): "
                     "every worker needs lmchallenge-dist installed, the same version as here "
                     "(deploy/README.md)")
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
 def _dashboard_address() -> str | None:

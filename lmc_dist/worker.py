@@ -28,12 +28,13 @@ from lmchallenge.tuning import freeze_heap
 from lmchallenge.games.runner import Game, run_game
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.logs.io import write_log
-from lmchallenge.logs.rundir import MANIFEST, TEMPORARY, finished_part
+from lmchallenge.logs.rundir import TEMPORARY, finished_part
 from lmchallenge.model.shell import ShellModel
 from lmchallenge.model.spec import PredictorSpec, close_model
 from lmchallenge.stats.compute import state_of_log
 
 from lmc_dist import reduce
+from lmc_dist.manifest import load as load_manifest
 from lmc_dist.partition import Partition, read_partition
 from lmc_dist.quiet import quiet_worker
 
@@ -402,10 +403,9 @@ def _check_still_the_run(task: PartitionTask) -> None:
     if task.run is None:
         return
     try:
-        with open(os.path.join(task.run_dir, MANIFEST), encoding="utf-8") as f:
-            run = json.load(f).get("run")
+        run = (load_manifest(task.run_dir) or {}).get("run")
     except (OSError, ValueError):
-        return      # no manifest to go by (a test's task): the task's own checks hold
+        return      # no manifest to go by: the task's own checks hold
     if run is not None and run != task.run:
         raise StaleTask(f"partition {task.partition.index}: {task.run_dir} now holds another "
                         f"run ({run}, not {task.run}): nothing written")

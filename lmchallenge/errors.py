@@ -7,6 +7,16 @@ class LmcError(Exception):
     """Base class of lmchallenge errors; ``lmc`` prints the message and exits with code 2."""
 
 
+def first_line(error: BaseException) -> str:
+    """Another library's error in one line of ours: ``TYPE: the first line of its message``,
+    `` (...)`` where more lines follow (transformers' messages run to paragraphs of advice),
+    ``TYPE`` alone for an empty message."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    return f"{type(error).__name__}: {lines[0]}" + (" (...)" if len(lines) > 1 else "")
+
+
 class InputError(LmcError):
     """Bad input data (a corpus, a log, a vocabulary).
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from lmchallenge.errors import ModelError
+from lmchallenge.errors import ModelError, first_line
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -92,14 +92,6 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.j
 ``AutoTokenizer``): without any, it fails with a paragraph about sentencepiece and tiktoken."""
 
 
-def _first_line(error: Exception) -> str:
-    """``TYPE: the first line of the message`` (transformers' messages run to paragraphs of
-    advice on installing packages)."""
-    lines = [line for line in str(error).splitlines() if line.strip()]
-    return f"{type(error).__name__}: {lines[0].strip() if lines else ''}" + \
-        (" (...)" if len(lines) > 1 else "")
-
-
 _LOAD_ERRORS = (OSError, ValueError, ImportError, KeyError, struct.error)
 """What transformers raises for a model it cannot read (``struct.error``: a GGUF file cut
 short, read past its end)."""
@@ -108,8 +100,8 @@ short, read past its end)."""
 def _reason(error: BaseException) -> str:
     """Why a model could not be read, in one line."""
     if isinstance(error, struct.error):
-        return f"the file ends too soon: truncated, or not a GGUF file ({_first_line(error)})"
-    return _first_line(error)
+        return f"the file ends too soon: truncated, or not a GGUF file ({first_line(error)})"
+    return first_line(error)
 
 
 @contextlib.contextmanager
