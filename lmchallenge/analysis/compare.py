@@ -168,12 +168,14 @@ def compare(baseline: str, logs: Sequence[str], settings: bootstrap.Settings,
     base_ci = {key: bootstrap.held(bounds, base_values[key]) for key, bounds
                in bootstrap.intervals(base.table, metrics, settings).items()}
     base_entropy = base.state.entropy_fingerprint
+    base_totals = base.table.totals()
     rows = [LogComparison(baseline, baseline, {
         key: MetricRow(value, base_ci[key]) for key, value in base_values.items()}, game)]
     for log, summary in zip(logs, summaries):
         own_ci = bootstrap.intervals(summary.table, metrics, settings, warn=False)
         paired = bootstrap.paired(summary.table, base.table, metrics, settings, test)
         comparison = LogComparison(log, baseline, game=game)
+        totals = summary.table.totals()
         for key, num, den in metrics:
             value = _value(summary, num, den)
             row = MetricRow(value, bootstrap.held(own_ci[key], value), baseline=base_values[key],
@@ -181,7 +183,7 @@ def compare(baseline: str, logs: Sequence[str], settings: bootstrap.Settings,
             if key in ENTROPY_KEYS and summary.state.entropy_fingerprint != base_entropy:
                 row.note = (f"not comparable: entropy fingerprints differ ({_hex(summary.state.entropy_fingerprint)}"
                             f" vs {_hex(base_entropy)} in the baseline): the logs score different tokens")
-            elif _not_finite(summary, key, num, den) or _not_finite(base, key, num, den):
+            elif _not_finite(row.value, totals, den) or _not_finite(row.baseline, base_totals, den):
                 row.note = "not comparable: not finite (a log holds a NaN or infinite score)"
             else:
                 result = paired[key]
@@ -195,11 +197,11 @@ def compare(baseline: str, logs: Sequence[str], settings: bootstrap.Settings,
     return rows
 
 
-def _not_finite(summary: bootstrap.LogSummary, key: str, numerator: str, denominator: str) -> bool:
-    """Whether the figure is NaN or infinite from the log's scores (not from nothing scored:
-    0 / 0 is no figure, which the entropy fingerprints tell apart)."""
-    value = _value(summary, numerator, denominator)
-    return not math.isfinite(value) and bool(summary.table.totals()[bootstrap.COLUMN[denominator]])
+def _not_finite(value: float, totals: Any, denominator: str) -> bool:
+    """Whether a log's figure ``value`` is NaN or infinite from its scores, not from nothing
+    scored (0 / 0 is no figure, which the entropy fingerprints tell apart); ``totals``: the
+    log's column totals (:meth:`lmchallenge.stats.bootstrap.GroupTable.totals`)."""
+    return not math.isfinite(value) and bool(totals[bootstrap.COLUMN[denominator]])
 
 
 def is_better(key: str, delta: float) -> bool:

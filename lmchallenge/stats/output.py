@@ -94,8 +94,12 @@ def to_text(rows: list[dict[str, Any]]) -> str:
         lines = []
         for name, value in flat.items():
             rank = name[len("prediction.hit"):] if name.startswith("prediction.hit") else ""
-            unit = (RAW_UNITS if raw else UNITS).get(name, "") if not rank else \
-                f"tokens with the target among the first {rank} predictions" if raw else f"Hit@{rank}"
+            if not rank:
+                unit = (RAW_UNITS if raw else UNITS).get(name, "")
+            elif raw:
+                unit = f"tokens with the target among the first {rank} predictions"
+            else:
+                unit = f"Hit@{rank}"
             if name == "entropy.mean" and isinstance(value, (int, float)):
                 derived = derived_figures({name: value}, None)
                 if derived:

@@ -96,6 +96,18 @@ def split_utf8(data: bytes) -> tuple[str, bytes] | None:
     return text, decoder.getstate()[0]
 
 
+def keeps_one_word(before: str, data: bytes) -> bool:
+    """Whether the bytes ``data`` after the text ``before`` (a word, or a representative of its
+    class; ``""``: they begin the word) keep it one word: valid UTF-8 whose whole characters
+    continue it, then perhaps the first bytes of one more character (which the tokens after
+    finish), or those first bytes alone."""
+    split = split_utf8(data)
+    if split is None:
+        return False
+    whole, unfinished = split
+    return single_word(before + whole) if whole else bool(unfinished)
+
+
 def _head(data: bytes) -> str:
     """A token's text as the word tokenizer reads it after a word: its decoded text, or only
     its first character where the bytes after it do not decode."""
@@ -243,11 +255,8 @@ class Vocabulary:
         if ids is None:
             rep = self._representative(key)
             found = []
-            for token_id, data in enumerate(self.pieces):
-                split = split_utf8(data) if data else None
-                if split is not None and (single_word(rep + split[0]) if split[0] else split[1]):
-                    found.append(token_id)
-            ids = np.array(found, dtype=np.int64)
+            ids = np.array([token_id for token_id, data in enumerate(self.pieces)
+                            if data and keeps_one_word(rep, data)], dtype=np.int64)
             self._continuing[key] = ids
         return ids
 
@@ -268,12 +277,9 @@ class Vocabulary:
                     [i for i, data in enumerate(self.pieces) if data and 0x80 <= data[0] < 0xC0],
                     dtype=np.int64)
             rep = "" if key is None else self._representative(key)
-            found = []
-            for token_id in self._finishing_ids:
-                split = split_utf8(unfinished + self.pieces[token_id])
-                if split is not None and (single_word(rep + split[0]) if split[0] else split[1]):
-                    found.append(token_id)
-            ids = np.array(found, dtype=np.int64)
+            ids = np.array([token_id for token_id in self._finishing_ids
+                            if keeps_one_word(rep, unfinished + self.pieces[token_id])],
+                           dtype=np.int64)
             self._completing[unfinished, key] = ids
         return ids
 

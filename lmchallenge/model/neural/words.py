@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from lmchallenge.model.neural.vocab import Vocabulary, single_word, split_utf8
+from lmchallenge.model.neural.vocab import Vocabulary, keeps_one_word, single_word, split_utf8
 from lmchallenge.tokenize import word_tokenizer
 
 Tokens = tuple[int, ...]
@@ -396,8 +396,7 @@ class WordScorer:
         for token_id in self.vocab.starting_with(rest):
             data = self.vocab.pieces[token_id]
             full = (gap + prefix).encode("utf-8")[:typed_len] + data
-            split = split_utf8(full[len(gap_bytes):])   # it may end inside a character
-            if split is not None and (single_word(split[0]) if split[0] else split[1]):
+            if keeps_one_word("", full[len(gap_bytes):]):   # it may end inside a character
                 found.append(token_id)
         return tuple(found)
 
