@@ -14,10 +14,15 @@
 # Then the device tool, carrying [".whl", "smol-skeleton"]:
 #   call 1, timeout_s 570: bash benchmarks/device_checks.sh 1   (targets: ~8.5 minutes)
 #   call 2, timeout_s 300: bash benchmarks/device_checks.sh 2   (1M lines, the model's fit)
+# Stages 1 and 2 ran on 2026-11-26 (395 s and 200 s; BENCHMARKS.md); their targets were not
+# met, so the next session lent the machine runs stage 3 first (about 8 minutes):
+#   call, timeout_s 570: bash benchmarks/device_checks.sh 3
+#   (the CPU topology; 16 `lmc run`s at once beside lmc-dist --workers 16: the machine's own
+#   ceiling; GPU passes of 16 and 64 rows; the same with the CUDA MPS daemon)
 # Each step's output is also in $OUT/STEP.log. A step that runs past its limit is stopped
 # (with its whole process group) and the next one starts; its log says how far it got.
 set -u
-stage=${1:?usage: device_checks.sh 1|2}
+stage=${1:?usage: device_checks.sh 1|2|3}
 out=${OUT:-/tmp/device-checks}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 LMC_WHEELS_SITE=/tmp/lmc-site
@@ -39,15 +44,33 @@ case $stage in
         --batch-size 16 --chunk 32
     # issue 12: wall <= 1.25 x (lmc run's CPU-seconds / 16), we and wc on 100k lines
     step we16 80 python3 benchmarks/scaling.py --wheels .whl --games we --lines 100000 \
-        --base-lines 20000 --workers 16
+        --base-lines 20000 --workers 16 --json "$out/we16.json"
     step wc16 250 python3 benchmarks/scaling.py --wheels .whl --games wc --wc-lines 100000 \
-        --base-lines 4000 --workers 16
+        --base-lines 4000 --workers 16 --json "$out/wc16.json"
     ;;
 2)  # issue 12: 1M lines of we in <= 60 s; the run-time model's fit (1 worker) and check
     step we1M 150 python3 benchmarks/scaling.py --wheels .whl --games we --lines 1000000 \
-        --base-lines 20000 --workers 16
+        --base-lines 20000 --workers 16 --json "$out/we1M.json"
     step fit 120 python3 benchmarks/scaling.py --wheels .whl --games we --lines 30000 \
-        --workers 1,4,16 --task-cost
+        --workers 1,4,16 --task-cost --json "$out/fit.json"
     ;;
-*)  echo "stage 1 or 2" >&2; exit 2 ;;
+3)  # what decides the next changes: is the model's CPU inflation the machine's (issue 12),
+    # and do larger passes or MPS feed the GPU better (issue 13)?
+    lscpu | grep -E '^(Model name|Thread|Core|Socket|CPU\(s\)|L3)' || true
+    step par16 150 python3 benchmarks/scaling.py --wheels .whl --games we --lines 100000 \
+        --base-lines 20000 --workers 16 --parallel-runs --json "$out/par16.json"
+    step batch 180 python3 benchmarks/neural_dist.py --wheels .whl --model smol-skeleton \
+        --random-weights --device cuda --lines 30000 --base-lines 300 --workers 16 \
+        --batch-size 16,64 --chunk 32
+    if command -v nvidia-cuda-mps-control > /dev/null; then
+        nvidia-cuda-mps-control -d && echo "MPS daemon started"
+        step mps 120 python3 benchmarks/neural_dist.py --wheels .whl --model smol-skeleton \
+            --random-weights --device cuda --lines 30000 --base-lines 300 --workers 16 \
+            --batch-size 16 --chunk 32
+        echo quit | nvidia-cuda-mps-control
+    else
+        echo "no nvidia-cuda-mps-control: MPS not measured"
+    fi
+    ;;
+*)  echo "stage 1, 2 or 3" >&2; exit 2 ;;
 esac

@@ -1,0 +1,85 @@
+"""Model CPU per query of `lmc-ngram serve`: an old source tree against this one, on the same
+recorded requests (run alternately, so both see the same load; answers compared byte for byte).
+
+    lmc-ngram train data/kjv/train.txt.gz -o /tmp/kjv.lm
+    git worktree add /tmp/old REV
+    python benchmarks/ngram_model.py --old-tree /tmp/old --model /tmp/kjv.lm [--lines 5000]
+        [--games we,wc] [--repeat 5]
+
+The requests are those `lmc run MODEL GAME` sends for the first ``--lines`` lines of
+``data/kjv/test.txt`` (recorded once through `tee`: a game's requests do not depend on the
+answers).  Each replay is `python -m lmchallenge.cli.ngram serve MODEL < requests`, its CPU
+(user + system, from the process's rusage: model load included) divided by the requests.
+Prints the median microseconds per request of each tree and the ratio new/old.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SERVE = [sys.executable, "-m", "lmchallenge.cli.ngram", "serve"]
+
+
+def record(tmp: Path, model: Path, game: str, corpus: Path) -> Path:
+    """The requests `lmc run` sends the model for ``game`` on ``corpus``."""
+    requests = tmp / f"{game}.requests"
+    command = f"tee {shlex.quote(str(requests))} | {shlex.join([*SERVE, str(model)])}"
+    subprocess.run([sys.executable, "-m", "lmchallenge.cli", "run", command, game, str(corpus)],
+                   env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL,
+                   check=True)
+    return requests
+
+
+def replay(tree: Path, model: Path, requests: Path) -> tuple[float, bytes]:
+    """(CPU-seconds, answers) of one model process from ``tree`` answering ``requests``."""
+    with open(requests, "rb") as stdin:
+        process = subprocess.Popen([*SERVE, str(model)], stdin=stdin, stdout=subprocess.PIPE,
+                                   env={**os.environ, "PYTHONPATH": str(tree)})
+        answers = process.stdout.read()
+        _, status, usage = os.wait4(process.pid, 0)
+    if status != 0:
+        sys.exit(f"model from {tree} failed ({status})")
+    return usage.ru_utime + usage.ru_stime, answers
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--old-tree", type=Path, required=True)
+    parser.add_argument("--model", type=Path, required=True, help="a lmc-ngram train output")
+    parser.add_argument("--lines", type=int, default=5000)
+    parser.add_argument("--games", default="we,wc")
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="lmc-ngram-model-"))
+    corpus = tmp / "corpus.txt"
+    with open(REPO / "data" / "kjv" / "test.txt", "rb") as f:
+        corpus.write_bytes(b"".join(f.readline() for _ in range(args.lines)))
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; "
+          f"{args.lines} lines of data/kjv/test.txt")
+    for game in args.games.split(","):
+        requests = record(tmp, args.model, game, corpus)
+        n = sum(1 for line in open(requests, "rb") if line.startswith(b"predict"))
+        times: dict[str, list[float]] = {"old": [], "new": []}
+        answers: dict[str, bytes] = {}
+        for _ in range(args.repeat):
+            for name, tree in (("old", args.old_tree), ("new", REPO)):
+                cpu, answers[name] = replay(tree, args.model, requests)
+                times[name].append(cpu)
+        if answers["old"] != answers["new"]:
+            sys.exit(f"{game}: the answers differ")
+        old, new = (statistics.median(times[k]) for k in ("old", "new"))
+        print(f"{game}: {n:,} requests, answers equal; model CPU per request (median of "
+              f"{args.repeat}): old {1e6 * old / n:.1f} us, new {1e6 * new / n:.1f} us, "
+              f"new/old {new / old:.2f} (best {min(times['new']) / min(times['old']):.2f})")
+
+
+if __name__ == "__main__":
+    main()
