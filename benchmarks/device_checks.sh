@@ -18,7 +18,7 @@
 # met, so the next session lent the machine runs stage 3 first (about 8 minutes):
 #   call, timeout_s 570: bash benchmarks/device_checks.sh 3
 #   (the CPU topology; 16 `lmc run`s at once beside lmc-dist --workers 16: the machine's own
-#   ceiling; GPU passes of 16 and 64 rows; the same with the CUDA MPS daemon)
+#   ceiling; 10 and 12 workers; GPU passes of 16 and 64 rows; the same with the CUDA MPS daemon)
 # Each step's output is also in $OUT/STEP.log. A step that runs past its limit is stopped
 # (with its whole process group) and the next one starts; its log says how far it got.
 set -u
@@ -59,6 +59,9 @@ case $stage in
     lscpu | grep -E '^(Model name|Thread|Core|Socket|CPU\(s\)|L3)' || true
     step par16 150 python3 benchmarks/scaling.py --wheels .whl --games we --lines 100000 \
         --base-lines 20000 --workers 16 --parallel-runs --json "$out/par16.json"
+    # 16 workers of ~1.4 busy cores each (evaluator and model) ask for 22 of the 16 CPUs
+    step fewer 120 python3 benchmarks/scaling.py --wheels .whl --games we --lines 100000 \
+        --base-lines 20000 --workers 10,12 --json "$out/fewer.json"
     step batch 180 python3 benchmarks/neural_dist.py --wheels .whl --model smol-skeleton \
         --random-weights --device cuda --lines 30000 --base-lines 300 --workers 16 \
         --batch-size 16,64 --chunk 32
