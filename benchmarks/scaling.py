@@ -347,6 +347,10 @@ class Costs:
     tail: last partition's end to exit (reduce, manifest, shutdown).
     per_task_scheduler: the scheduler's and client's serial cost per task.
     per_byte_scan: the client's serial scan per corpus byte.
+    cores_per_worker: a worker's busy cores (evaluator and model together).
+    cpu_growth: the share of the 1-worker CPU per token that each further worker on the same
+        machine adds to every worker's (shared caches, memory and SMT siblings, the workers'
+        and models' starts); 0 when only the 1-worker run was measured.
     """
 
     startup: float
@@ -356,6 +360,7 @@ class Costs:
     per_task_scheduler: float
     per_byte_scan: float
     cores_per_worker: float = 1.0
+    cpu_growth: float = 0.0
 
 
 SCHEDULER_SECONDS_PER_TASK = 0.002
@@ -397,8 +402,13 @@ def fit_costs(rows: list[Row], partitions: dict[int, list[dict]], corpus_bytes: 
     """The costs, from the 1-worker run (the least contended) of one game: per partition
     the mean gap between consecutive partitions, per token the partitions' time over their
     tokens (the first partition's one-off costs, imports and the model's start, included),
-    cores per worker the run's CPU over its wall time (evaluator and model together)."""
+    cores per worker the run's CPU over its wall time (evaluator and model together); and
+    the CPU growth per further worker from the next smallest run, where there is one (its
+    CPU over the 1-worker run's, the same corpus: that run is fitted, not checked)."""
     one = next(r for r in rows if r.workers == 1 and r.run.startswith("lmc-dist"))
+    more = sorted((r for r in rows if r.workers > 1 and r.run.startswith("lmc-dist")),
+                  key=lambda r: r.workers)
+    growth = max(0.0, (more[0].cpu / one.cpu - 1) / (more[0].workers - 1)) if more else 0.0
     parts = sorted(partitions[1], key=lambda p: p["began"])
     spans = [(p["began"], p["began"] + p["elapsed"]) for p in parts]
     gaps = [max(0.0, b[0] - a[1]) for a, b in zip(spans, spans[1:])]
@@ -407,7 +417,8 @@ def fit_costs(rows: list[Row], partitions: dict[int, list[dict]], corpus_bytes: 
                  per_token=sum(p["elapsed"] for p in parts) / sum(p["rows"] for p in parts),
                  tail=one.ended - spans[-1][1],  # type: ignore[attr-defined]
                  per_task_scheduler=per_task,
-                 per_byte_scan=scan_seconds / corpus_bytes, cores_per_worker=one.cpu / one.wall)
+                 per_byte_scan=scan_seconds / corpus_bytes, cores_per_worker=one.cpu / one.wall,
+                 cpu_growth=growth)
 
 
 def predict(costs: Costs, tokens: int, corpus_bytes: int, partitions: int, workers: int,
@@ -416,12 +427,16 @@ def predict(costs: Costs, tokens: int, corpus_bytes: int, partitions: int, worke
     """Predicted wall seconds on ``workers`` workers (see BENCHMARKS.md, "past one
     machine"): start-up (with the scan's share for the corpus), the partitions scheduled
     longest-first on the workers (each its fixed cost plus its tokens' time), or the
-    scheduler's serial task cost if larger, and the tail."""
+    scheduler's serial task cost if larger, and the tail.  ``cores``: the one machine's CPUs
+    (the workers share them, and contend as ``cpu_growth`` says), or None: machines of
+    ``os.cpu_count()`` CPUs, each with that many workers at most, enough for all."""
     if sizes is None:
         sizes = [tokens // partitions] * partitions
     # workers needing more cores than the machine has share them (None: each has its own)
     slowdown = max(1.0, workers * costs.cores_per_worker / cores) if cores else 1.0
-    times = [costs.per_partition + costs.per_token * slowdown * n for n in sizes]
+    per_machine = min(workers, int(cores or os.cpu_count() or 1))
+    contention = 1 + costs.cpu_growth * (per_machine - 1)
+    times = [costs.per_partition + costs.per_token * slowdown * contention * n for n in sizes]
     loads = [0.0] * workers
     heapq.heapify(loads)
     for t in times:  # in corpus order, as the client submits them
@@ -438,15 +453,19 @@ def model_report(game: str, rows: list[Row], partitions: dict[int, list[dict]], 
           f"per partition, {costs.per_token * 1e6:.1f} us per token per worker, tail "
           f"{costs.tail:.2f} s, {costs.per_task_scheduler * 1e3:.1f} ms per task at the scheduler, "
           f"scan {costs.per_byte_scan * 1e9:.1f} ns per byte, {costs.cores_per_worker:.2f} cores "
-          f"per worker")
+          f"per worker, CPU per token +{100 * costs.cpu_growth:.1f}% per further worker on the "
+          f"machine")
+    fitted = min((r.workers for r in rows if r.workers > 1 and r.run.startswith("lmc-dist")),
+                 default=None) if costs.cpu_growth else None
     for r in rows[1:]:
         if not r.run.startswith("lmc-dist"):
             continue
         sizes = [p["rows"] for p in partitions[r.workers]]
         p = predict(costs, tokens, corpus_bytes, len(sizes), r.workers, sizes, corpus_bytes,
                     cores=os.cpu_count())
+        role = "fitted" if r.workers in (1, fitted) else "error"
         print(f"  {r.workers:>5} workers: predicted {p:7.1f} s, measured {r.wall:7.1f} s "
-              f"(error {100 * (p - r.wall) / r.wall:+.0f}%)")
+              f"({role} {100 * (p - r.wall) / r.wall:+.0f}%)")
     for workers in SCALE_WORKERS:
         for scale in (1, 10, 100):
             n = max(6 * workers, 1)
