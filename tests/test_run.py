@@ -348,6 +348,49 @@ def test_the_documented_differences_from_lm_challenge_5_2(reference_lmc):
         assert {d["user"] for d in reference_log(reference_lmc, odd)} == {None}
 
 
+@pytest.mark.reference
+def test_the_documented_differences_in_vocabulary_and_answers(reference_lmc, tmp_path):
+    """Two more differences docs/formats.md lists (QA): a byte-order mark before a `wr`
+    vocabulary's first word is not part of it here (5.2 can offer the marked word as a
+    candidate), and an answer with a field left over (a trailing TAB) is refused here
+    (5.2 drops the odd field)."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("xyzz\n")
+    marked, plain = tmp_path / "marked.txt", tmp_path / "plain.txt"
+    marked.write_bytes(b"\xef\xbb\xbfxyz\nand\n")
+    plain.write_bytes(b"xyz\nand\n")
+
+    def candidates(command: list[str]) -> set[str]:
+        out = subprocess.run(command, capture_output=True, check=True).stdout
+        return {row[0] for line in out.splitlines() for row in json.loads(line)["results"]}
+
+    def ours(vocabulary: Path) -> set[str]:
+        return candidates([*lmc_command(), "run", toy_model_command(), "wr", "-p", "1e-12",
+                           str(vocabulary), str(corpus)])
+
+    def reference(vocabulary: Path) -> set[str]:
+        return candidates(["sh", "-c", f'"$0" run "$1" wr "$2" -p 1e-12 < "$3"', str(reference_lmc),
+                           toy_model_command(), str(vocabulary), str(corpus)])
+
+    assert ours(marked) == ours(plain) == reference(plain)
+    assert "\ufeffxyz" in reference(marked) and "\ufeffxyz" not in ours(marked)
+
+    model = tmp_path / "trailing_tab.py"
+    model.write_text("import sys\n"
+                     "for line in sys.stdin:\n"
+                     "    f = line.rstrip('\\n').split('\\t')\n"
+                     "    if f[0] == 'predict':\n"
+                     "        print('\\t'.join(x for c in (f[2:] or ['the']) for x in (c, '-1.5'))"
+                     " + '\\t', flush=True)\n")
+    command = f"{PYTHON} {model}"
+    ref = subprocess.run([str(reference_lmc), "run", command, "we"], input=b"the LORD\n",
+                         capture_output=True, check=True).stdout
+    assert [json.loads(line)["logp"] for line in ref.splitlines()] == [-1.5, -1.5]
+    result = run_lmc("run", command, "we", stdin=b"the LORD\n", check=False)
+    assert result.returncode == 2 and result.stdout == b""
+    assert "expected text<TAB>score pairs, got 3 fields" in result.stderr.decode()
+
+
 def test_lmc_run_whose_output_closes_early_does_not_wait_for_its_model(tmp_path):
     # `lmc run ... | head`: the log's reader goes away with many answers unread; the model,
     # blocked writing them, would never see its input end: it is killed, not waited for

@@ -415,6 +415,42 @@ def test_cli_corpus_is_not_a_log():
     assert result.stdout == b""
 
 
+_WR_DATUM = '{"user": null, "message": 0, "token": %d, "character": 0, "target": "x", ' \
+    '"verbatim": "x", %s}\n'
+
+
+@pytest.mark.parametrize("payload, message", [
+    ('"results": [["x", 0]]', "a row of results is ['x', 0], not [candidate, error score, LM score]"),
+    ('"results": "xy"', "results is 'xy', not a list"),
+    ('"results": [["x", 0, null], "y"]', "a row of results is 'y'"),
+    ('"results": [[1, 0, null]]', "a row of results is [1, 0, None]"),
+    ('"results": [["x", "0", null]]', "an error score is '0', not a number"),
+    ('"results": [["x", 0, "-1"]]', "an LM score is '-1', not a number"),
+    ('"logp": "-1"', "logp is '-1', not a number"),
+    ('"logp": true', "logp is True, not a number"),
+])
+def test_cli_datum_of_wrong_shape(payload, message, tmp_path):
+    """A datum whose results or logp are not of the log's types is named by file and line
+    (QA: a short results row was an IndexError traceback, a string logp was read as a
+    number, a string score as a score)."""
+    log = tmp_path / "odd.jsonl"
+    log.write_text(_WR_DATUM % (0, '"results": [["x", 0, -1.5], ["y", -2, -1]]')
+                   + _WR_DATUM % (1, payload))
+    result = run_lmc("stats", str(log), check=False)
+    assert result.returncode == 2, result.stderr
+    assert f"odd.jsonl:2: not an LM Challenge log datum (TypeError: {message}" \
+        in result.stderr.decode()
+    assert "Traceback" not in result.stderr.decode() and result.stdout == b""
+
+
+def test_results_rows_with_more_fields_are_read(tmp_path):
+    """Rows of four fields (the fitted form LM Challenge 5.x documents) stay readable."""
+    log = tmp_path / "four.jsonl"
+    log.write_text(_WR_DATUM % (0, '"results": [["x", 0, -1.5, 0.1], ["y", -2, null, 0.2]]'))
+    row, = json_rows(run_lmc("stats", str(log)).stdout)
+    assert row["reranking"]["max_candidates"] == 2
+
+
 def test_cli_empty_log(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
