@@ -187,16 +187,17 @@ def _number(value: Any, name: str) -> float:
 
 
 def _checked_results(results: Any) -> Sequence[Sequence[Any]]:
-    """``results`` of a ``wr`` datum, checked to be rows of a candidate (a string), its error
-    score (a number) and its LM score (a number or null), and perhaps more fields.
+    """``results`` of a ``wr`` datum, checked to be rows (lists; tuples from Python too) of a
+    candidate (a string), its error score (a number) and its LM score (a number or null), and
+    perhaps more fields.
 
     Raises:
         TypeError: a row is not of that shape.
     """
-    if not isinstance(results, list):
+    if not isinstance(results, (list, tuple)):
         raise TypeError(f"results is {results!r}, not a list")
     for row in results:
-        if not (isinstance(row, list) and len(row) >= 3 and isinstance(row[0], str)):
+        if not (isinstance(row, (list, tuple)) and len(row) >= 3 and isinstance(row[0], str)):
             raise TypeError(f"a row of results is {row!r}, not [candidate, error score, "
                             f"LM score]")
         _number(row[1], "an error score")
