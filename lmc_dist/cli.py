@@ -235,7 +235,7 @@ def run_wr(ctx, vocab, seed, num_candidates, error_chars, p_anykey, **kw):
 
 @cli.command("stats")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
-@partial_option
+@partial_option(says_so=True)
 @bootstrap_options
 def stats_cmd(run_dir, **uncertainty):
     """Re-reduce RUN_DIR's partitions into its statistics (honours grep's select flags);

@@ -102,6 +102,29 @@ def test_every_reader_refuses_an_unfinished_run(unfinished, tmp_path, reader):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("reader", [["validate"], ["pretty"], ["grep", "L0001"], ["diff"],
+                                    ["compare"]], ids=lambda r: r[0])
+def test_every_reader_says_it_read_partially(unfinished, tmp_path, reader):
+    """With --partial, a reader whose output does not say so itself warns, once, that it read
+    an unfinished run and how much of it (QA of the last session: pretty, grep, diff and
+    compare printed a partial run's figures as if it were whole)."""
+    corpus, run_dir, *_ = unfinished
+    total = len(partition_lines(run_dir))
+    reference = tmp_path / "ref.jsonl"
+    reference.write_bytes(_lmc_run(corpus))
+    # (diff and compare refuse a partial run against the whole log: not the same data)
+    logs = [str(run_dir)] * (2 if reader[0] in ("diff", "compare") else 1)
+    result = lmc(reader[0], "--partial", *reader[1:], *logs)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout or reader[0] == "validate"
+    warning = (f"WARNING\t{run_dir}: an unfinished lmc-dist run: read {total - 1} of its {total} "
+               f"partitions (--partial)\n")
+    assert result.stderr.count(warning) == 1, result.stderr
+    # a finished log read with --partial: nothing to say
+    plain = lmc(reader[0], "--partial", *reader[1:], *([str(reference)] * len(logs)))
+    assert "unfinished" not in plain.stderr, plain.stderr
+
+
 def test_lmc_dist_stats_refuses_an_unfinished_run(unfinished):
     _, run_dir, *_ = unfinished
     total = len(partition_lines(run_dir))

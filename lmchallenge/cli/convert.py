@@ -19,7 +19,7 @@ from lmchallenge.logs.schema import GAMES
               help="The log's game (default: detected from the first token); "
                    "it sets the Parquet columns of an empty log.")
 @click.option("-q", "--quiet", is_flag=True, help="Do not report the number of tokens written.")
-@partial_option
+@partial_option(says_so=True)
 def cli(log: str, output: str, game: str | None, quiet: bool) -> None:
     """Convert LOG (jsonl, jsonl.gz, parquet or a run directory; default stdin) to OUT,
     in the form OUT's name says (.jsonl, .jsonl.gz, .parquet)."""

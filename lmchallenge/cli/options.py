@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from lmchallenge.errors import LmcError, Terminated
-from lmchallenge.logs.rundir import reading_partial
+from lmchallenge.logs.rundir import read_partially, reading_partial
 from lmchallenge.tuning import freeze_heap
 
 
@@ -141,21 +141,37 @@ def window_option(command: Callable) -> Callable:
              "of them at a time).")(command)
 
 
-def partial_option(command: Callable) -> Callable:
+def partial_option(command: Callable | None = None, *, says_so: bool = False) -> Callable:
     """The ``--partial`` option of every command that reads logs: an unfinished ``lmc-dist``
     run dir is read as its finished partitions (:mod:`lmchallenge.logs.rundir`) instead of
-    being refused.  Put it under ``@click.command``; ``command`` does not receive the flag."""
+    being refused, and a warning on stderr names each run dir read so, with its partitions
+    read and in all, unless the command's output ``says_so`` itself (``lmc stats``, ``lmc
+    convert``).  Put it under ``@click.command`` (``@partial_option`` or
+    ``@partial_option(says_so=True)``); ``command`` does not receive the flag."""
+    if command is None:
+        return functools.partial(partial_option, says_so=says_so)
 
     @functools.wraps(command)
     def read(*args, partial: bool, **kwargs):
         with reading_partial(partial):
-            return command(*args, **kwargs)
+            result = command(*args, **kwargs)
+            if not says_so:
+                _warn_read_partially()
+            return result
 
     return click.option(
         "--partial", is_flag=True,
         help="Read an unfinished lmc-dist run dir's finished partitions instead of refusing "
              "it (lmc stats then says \"partial\": true and the coverage, lmc convert how many "
-             "partitions it wrote).")(read)
+             "partitions it wrote, the others warn how many they read).")(read)
+
+
+def _warn_read_partially() -> None:
+    for path, (done, total) in read_partially().items():
+        set_verbosity(0)        # (nothing changes where the command set it)
+        logging.getLogger(__name__).warning(
+            "%s: an unfinished lmc-dist run: read %d of its %d partitions (--partial)",
+            path, done, total)
 
 
 def single_log(logs: Sequence[str]) -> str:

@@ -39,7 +39,7 @@ never below it).
 @click.option("-h/-H", "--human/--no-human", default=True,
               help="Ratios (default) or raw sums.")
 @stats_options
-@partial_option
+@partial_option(says_so=True)
 def cli(log: tuple[str, ...], verbose: int, lines: int | None, output: str, human: bool,
         **uncertainty: Any) -> None:
     """Summary statistics of one or more logs (.jsonl, .jsonl.gz, .parquet, an lmc-dist run

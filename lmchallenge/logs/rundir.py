@@ -59,6 +59,8 @@ LOCK = ".lmc-dist.lock"
 PART_GLOBS = ("part-*.parquet", "part-*.jsonl.gz", "part-*.jsonl")
 
 _PARTIAL: contextvars.ContextVar[bool] = contextvars.ContextVar("lmc_read_partial", default=False)
+_READ_PARTIALLY: contextvars.ContextVar[dict[str, tuple[int, int]] | None] = \
+    contextvars.ContextVar("lmc_read_partially", default=None)
 
 
 class UnfinishedRun(InputError):
@@ -217,6 +219,9 @@ def parts(path: str, partial: bool | None = None) -> list[Path]:
     if not run.parts:
         raise InputError(path, None, f"unfinished lmc-dist run: 0 of {run.total} partitions "
                                      "done, nothing to read yet")
+    read = _READ_PARTIALLY.get()
+    if read is not None:
+        read[path] = (len(run.done), run.total)
     return run.parts
 
 
@@ -251,9 +256,18 @@ def partial_allowed() -> bool:
 @contextlib.contextmanager
 def reading_partial(enabled: bool = True) -> Iterator[None]:
     """Within this context (this thread; threads that readers start copy it), readers take
-    an unfinished run's finished partitions instead of refusing the run dir."""
+    an unfinished run's finished partitions instead of refusing the run dir, and
+    :func:`read_partially` tells which run dirs they read so."""
     token = _PARTIAL.set(enabled)
+    read_token = _READ_PARTIALLY.set({})
     try:
         yield
     finally:
+        _READ_PARTIALLY.reset(read_token)
         _PARTIAL.reset(token)
+
+
+def read_partially() -> dict[str, tuple[int, int]]:
+    """The unfinished run dirs read so far in this :func:`reading_partial` context, as
+    ``{path: (partitions read, partitions of the run)}`` (empty outside one)."""
+    return dict(_READ_PARTIALLY.get() or {})
