@@ -271,6 +271,12 @@ def test_diff_wc_page_highlights_only_differing_characters(browser, tmp_path):
     headers = browser.js("Array.from(document.querySelectorAll('#stats th'))"
                          ".map(function (h) { return h.textContent; })")
     assert headers[:3] == ["statistic", "baseline", "log"]
+    head = browser.js("Array.from(document.querySelectorAll('#stats tr:first-child th'))"
+                      ".map(function (h) { return h.textContent; })")
+    assert head == ["statistic", "baseline", "log", "unit"]
+    units = browser.js("Array.from(document.querySelectorAll('#stats tr[data-stat=\"prediction.hit1\"] td'))"
+                       ".map(function (d) { return d.textContent; })")
+    assert len(units) == 3 and units[-1] == "Hit@1"
     browser.screenshot(ARTIFACTS / "diff-wc.png")
     assert all(u.startswith("file://") for u in browser.requested_urls())
 

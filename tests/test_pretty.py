@@ -240,6 +240,18 @@ def test_html_is_self_contained():
     assert data["summary"]["log"]["prediction.hit1"] == format(15 / 112, ".4g")
 
 
+def test_html_statistics_say_their_units():
+    """The page's statistics table has a unit column (lmc stats -o text's words): a mean
+    cross-entropy without "nats" could be read as bits."""
+    data = page_data(P.html(str(DATA / "kjv.o2.we.jsonl")))
+    assert data["units"]["entropy.mean"] == "nats per scored token (cross-entropy)"
+    assert data["units"]["entropy.hit"] == "fraction of tokens scored"
+    assert data["units"]["users"] == ""
+    wc = page_data(P.html(str(DATA / "kjv.o2.wc.jsonl")))
+    assert wc["units"]["prediction.hit3"] == "Hit@3"
+    assert set(wc["units"]) == set(wc["summary"]["log"])
+
+
 def test_html_segments_match_ansi_colours():
     data = list(load_jsonlines(str(DATA / "kjv.o2.wc.jsonl")))
     page = page_data(P.html(data))

@@ -483,8 +483,11 @@ class Page:
     note: str = ""
 
     def to_json(self) -> dict[str, Any]:
+        from lmchallenge.stats.output import stat_unit
+
+        units = {k: stat_unit(k) for stats in self.summary.values() for k in stats}
         return {"title": self.title, "legend": [list(x) for x in self.legend],
-                "summary": self.summary, "lines": self.lines, "note": self.note}
+                "summary": self.summary, "units": units, "lines": self.lines, "note": self.note}
 
 
 def page_lines(data: Sequence[Datum], renderer: Renderer,

@@ -82,6 +82,16 @@ RAW_UNITS = {
 the first N predictions)."""
 
 
+def stat_unit(name: str, raw: bool = False) -> str:
+    """What the statistic ``name`` (flattened: ``entropy.mean``, ``prediction.hit3``) is, in
+    words, as a ratio or, with ``raw``, as a raw sum (``lmc stats -H``); "" for the counts and
+    ratios that need none (``users``, ``tokens_per_user``, ...)."""
+    rank = name[len("prediction.hit"):] if name.startswith("prediction.hit") else ""
+    if not rank:
+        return (RAW_UNITS if raw else UNITS).get(name, "")
+    return f"tokens with the target among the first {rank} predictions" if raw else f"Hit@{rank}"
+
+
 def to_text(rows: list[dict[str, Any]]) -> str:
     """Each log as ``name  value  unit`` lines (a blank line between logs); the mean
     cross-entropy also in bits and as perplexity (``exp`` of the mean in nats); the user of a
@@ -93,13 +103,7 @@ def to_text(rows: list[dict[str, Any]]) -> str:
         raw = "srr" in row.get("prediction", {})   # -H: sums (the ratios have mrr)
         lines = []
         for name, value in flat.items():
-            rank = name[len("prediction.hit"):] if name.startswith("prediction.hit") else ""
-            if not rank:
-                unit = (RAW_UNITS if raw else UNITS).get(name, "")
-            elif raw:
-                unit = f"tokens with the target among the first {rank} predictions"
-            else:
-                unit = f"Hit@{rank}"
+            unit = stat_unit(name, raw)
             if name == "entropy.mean" and isinstance(value, (int, float)):
                 derived = derived_figures({name: value}, None)
                 if derived:
@@ -116,4 +120,4 @@ OUTPUTS: dict[str, Callable[[list[dict[str, Any]]], str]] = {"json": to_json, "c
                                                               "text": to_text}
 
 
-__all__ = ["OUTPUTS", "UNITS", "RAW_UNITS", "to_json", "to_csv", "to_text", "flatten"]
+__all__ = ["OUTPUTS", "UNITS", "RAW_UNITS", "stat_unit", "to_json", "to_csv", "to_text", "flatten"]

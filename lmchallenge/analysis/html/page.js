@@ -25,6 +25,7 @@
     var head = el("tr");
     head.appendChild(el("th", null, "statistic"));
     names.forEach(function (n) { head.appendChild(el("th", null, n)); });
+    head.appendChild(el("th", null, "unit"));
     table.appendChild(head);
     keys.forEach(function (k) {
       var row = el("tr", {"data-stat": k});
@@ -33,6 +34,7 @@
         var v = data.summary[n][k];
         row.appendChild(el("td", {"class": "num"}, v === undefined ? "" : v));
       });
+      row.appendChild(el("td", {"class": "unit"}, (data.units || {})[k] || ""));
       table.appendChild(row);
     });
     root.appendChild(table);
