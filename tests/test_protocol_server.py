@@ -163,6 +163,22 @@ def test_run_loop_on_text_streams():
     assert model.taught == ["t\u00e9"]
 
 
+@pytest.mark.parametrize("unbuffered", [True, False])
+def test_run_loop_leaves_stdout_open(unbuffered):
+    """After run_loop returns, the program can still write to its standard output, as with
+    LM Challenge 5.2 (QA: under python -u the loop's own buffer closed file descriptor 1)."""
+    code = ("import sys\n"
+            "import lmchallenge as lmc\n"
+            "class Fixed(lmc.Model):\n"
+            "    def predict(self, context, candidates):\n"
+            "        return [('x', -1.0)]\n"
+            "Fixed().run_loop()\n"
+            "sys.stdout.write('after run_loop\\n')\n")
+    result = subprocess.run([PYTHON, *(["-u"] if unbuffered else []), "-c", code],
+                            input=b"predict\tIn the\n", capture_output=True, timeout=60)
+    assert (result.returncode, result.stdout) == (0, b"x\t-1.0\nafter run_loop\n"), result.stderr
+
+
 def test_model_without_train_or_clear_is_served():
     class PredictOnly:
         def predict(self, context, candidates):

@@ -22,6 +22,7 @@ Lines are split on LF only (a CR inside a context is text).  Scores are written 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import sys
 from typing import IO, Any
@@ -82,20 +83,26 @@ def serve(model: Any, input_stream: IO | None = None, output_stream: IO | None =
     """
     source = _binary(input_stream if input_stream is not None else sys.stdin)
     sink = _binary(output_stream if output_stream is not None else sys.stdout)
+    buffered = None
     if isinstance(sink, io.RawIOBase):  # sys.stdout.buffer under python -u: writes may be short
-        sink = io.BufferedWriter(sink)
+        sink = buffered = io.BufferedWriter(sink)
     errors = error_stream if error_stream is not None else sys.stderr
     answers = io.BytesIO()  # gathered here, written to the sink in one call per flush
     read = getattr(source, "read1", None) or source.read  # read1: what is there, one call
-    for block in whole_line_blocks(read):
-        lines = block.split(b"\n")
-        if not lines[-1]:
-            lines.pop()  # the block ended with its last line's LF
-        for count, raw in enumerate(lines, start=1):
-            handle(model, raw, answers, errors)
-            if count % FLUSH_EVERY == 0:
-                _flush(answers, sink)
-        _flush(answers, sink)  # the requests read so far are answered: flush before waiting
+    try:
+        for block in whole_line_blocks(read):
+            lines = block.split(b"\n")
+            if not lines[-1]:
+                lines.pop()  # the block ended with its last line's LF
+            for count, raw in enumerate(lines, start=1):
+                handle(model, raw, answers, errors)
+                if count % FLUSH_EVERY == 0:
+                    _flush(answers, sink)
+            _flush(answers, sink)  # the requests read so far are answered: flush before waiting
+    finally:
+        if buffered is not None:    # let go of the caller's stream without closing it
+            with contextlib.suppress(OSError, ValueError):    # (a broken pipe: not ours)
+                buffered.detach()
 
 
 def _flush(answers: io.BytesIO, sink: Any) -> None:
