@@ -268,3 +268,22 @@ def _approx_equal(a, b) -> bool:
         return True
     assert a == b
     return True
+
+
+@pytest.mark.parametrize("bad, reason", [
+    ({"text": "hello"}, "field (datum): 'user' is a required property"),
+    ({"user": None, "message": 0, "token": 1, "character": 0, "target": 5},
+     "field target: 5 is not of type 'string'"),
+])
+def test_cli_names_a_datum_it_cannot_read(tmp_path, bad, reason):
+    """A line that is not a log datum (a corpus line given as a log, a target that is not a
+    string) is named by file and datum number, not a traceback (QA)."""
+    good = {"user": None, "message": 0, "token": 0, "character": 0, "target": "x"}
+    log = tmp_path / "odd.jsonl"
+    log.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    for keep in ("all", "message"):
+        result = subprocess.run([sys.executable, "-c", "from lmchallenge.cli import main; main()",
+                                 "grep", "-k", keep, "x", str(log)], capture_output=True,
+                                text=True, timeout=60)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr == f"lmc: error: {log}:2: {reason}\n"

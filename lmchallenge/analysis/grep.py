@@ -31,7 +31,7 @@ from functools import lru_cache
 
 import regex
 
-from lmchallenge.errors import LmcError
+from lmchallenge.errors import InputError, LmcError
 from lmchallenge.logs.io import read_log
 from lmchallenge.tokenize import emoji_sequences
 from lmchallenge.logs.schema import Datum
@@ -128,14 +128,25 @@ def parse_patterns_all(patterns: Sequence[str]) -> Predicate:
     return lambda datum: all(p(datum) for p in predicates)
 
 
-def select(data: Iterable[Datum], predicate: Predicate) -> Iterator[Datum]:
+def select(data: Iterable[Datum], predicate: Predicate, name: str = "<log>") -> Iterator[Datum]:
     """Copies of ``data`` with ``select`` = previously selected and ``predicate(datum)``.
 
     The predicate is not evaluated on datums that were already deselected.
+
+    Raises:
+        InputError: ``NAME:N: what is wrong`` for a datum the predicate cannot read (no
+            ``target``, a target that is not a string: N counts datums from 1, as
+            ``lmc validate`` does).
     """
-    for datum in data:
-        out = dict(datum)
-        out["select"] = bool(is_selected(datum) and predicate(datum))
+    for number, datum in enumerate(data, start=1):
+        try:
+            out = dict(datum)
+            out["select"] = bool(is_selected(datum) and predicate(datum))
+        except (KeyError, TypeError, AttributeError, ValueError) as e:
+            from lmchallenge.analysis.validate import problem
+
+            reason = problem(datum) or f"not an LM Challenge log datum ({type(e).__name__}: {e})"
+            raise InputError(name, number, reason) from None
         yield out
 
 
@@ -182,4 +193,4 @@ def grep(pattern: str, log: Iterable[Datum] | str, keep: str = "all",
         raise ValueError(f"keep must be one of {', '.join(KEEP_CHOICES)}, not {keep!r}")
     predicate = parse_patterns_all([pattern, *and_patterns])
     data = read_log(log) if isinstance(log, str) else log
-    return KEEPERS[keep](select(data, predicate))
+    return KEEPERS[keep](select(data, predicate, log if isinstance(log, str) else "<log>"))
