@@ -40,6 +40,10 @@ def test_python_m_runs_the_commands():
     stats = subprocess.run([sys.executable, "-m", "lmchallenge", "stats"], input=run.stdout,
                            capture_output=True, check=True, timeout=120)
     assert json.loads(stats.stdout)["entropy"]["hit"] == 1.0
+    # 5.x's `python -m lmchallenge.stats` (a package here: QA found it did not run)
+    module = subprocess.run([sys.executable, "-m", "lmchallenge.stats"], input=run.stdout,
+                            capture_output=True, check=True, timeout=120)
+    assert (module.stdout, module.stderr) == (stats.stdout, b"")
     kept = subprocess.run([sys.executable, "-m", "lmchallenge.grep", "^in$"], input=run.stdout,
                           capture_output=True, check=True, timeout=120)
     assert [json.loads(line)["select"] for line in kept.stdout.splitlines()] == [True, False, False]
