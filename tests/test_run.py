@@ -269,6 +269,10 @@ def test_python_api_games():
     assert [(d["user"], d["logp"]) for d in entropy] == [("x", -1), ("x", -2)]
     chars = list(lmc.ce(model, ["ab"]))
     assert [d["target"] for d in chars] == ["a", "b"]
+    # n_predictions: None is no limit, as in 5.x (QA: it raised a TypeError); 0 is none
+    assert CountingModel(n_predictions=None).predict("", None) == model.predict("", None)
+    assert CountingModel(n_predictions=1).predict("", None) == [("one", -1)]
+    assert CountingModel(n_predictions=0).predict("", None) == []
 
 
 def test_python_model_spec_with_options(tmp_path):

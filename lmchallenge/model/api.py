@@ -127,10 +127,11 @@ class FilteringWordModel(WordModel):
 
     Subclasses implement :meth:`predict_word_iter` (and :meth:`WordModel.score_word`);
     :meth:`predict_word` keeps the words that extend the typed prefix (strictly longer),
-    match ``filter_pattern`` anywhere, and were not seen before, up to ``n_predictions``.
+    match ``filter_pattern`` anywhere, and were not seen before, up to ``n_predictions``
+    (None: every one, as in LM Challenge 5.x).
     """
 
-    def __init__(self, n_predictions: int, filter_pattern: str = ".", **args: Any):
+    def __init__(self, n_predictions: int | None, filter_pattern: str = ".", **args: Any):
         super().__init__(**args)
         self.n_predictions = n_predictions
         self.filter_xp = regex.compile(filter_pattern)
@@ -142,7 +143,8 @@ class FilteringWordModel(WordModel):
     def predict_word(self, context: list[str], prefix: str) -> Result:
         seen: set[str] = set()
         found: Result = []
-        if self.n_predictions <= 0:
+        limit = self.n_predictions
+        if limit is not None and limit <= 0:
             return found
         for word, score in self.predict_word_iter(context):
             if len(word) <= len(prefix) or not word.startswith(prefix):
@@ -154,7 +156,7 @@ class FilteringWordModel(WordModel):
                 continue
             seen.add(suffix)
             found.append((suffix, score))
-            if len(found) >= self.n_predictions:
+            if limit is not None and len(found) >= limit:
                 break
         return found
 
