@@ -364,6 +364,81 @@ def test_load_rejects_other_files(tmp_path):
         load_tables(tmp_path / "missing.lm")
 
 
+def _serve_error(path: Path) -> tuple[int, str]:
+    result = subprocess.run([PYTHON, "-m", "lmchallenge.cli.ngram", "serve", str(path)],
+                            input="predict\tIn the \n", capture_output=True, text=True, timeout=60)
+    return result.returncode, result.stderr
+
+
+def test_a_damaged_model_file_is_refused_not_served(word_model_file, tmp_path):
+    """A truncated model file, one changed by a bit anywhere or edited (QA: served with other
+    answers, e.g. a flipped exponent answered logp +707, or a traceback) is refused with one
+    line naming it."""
+    good = word_model_file.read_bytes()
+    header = int.from_bytes(good[len(ngram.FILE_MAGIC):len(ngram.FILE_MAGIC) + 8], "little")
+    end = len(ngram.FILE_MAGIC) + 8 + header
+    damaged = {
+        "truncated": good[:len(good) // 2],
+        "header cut": good[:end - 10],
+        "order edited": good.replace(b'"order": 3', b'"order": 2', 1),
+        "unit edited": good.replace(b'"unit": "word"', b'"unit": "wWrd"', 1),
+        "a header key flipped": good.replace(b'"checksum"', b'"bhecksum"', 1),
+        "a probability flipped": bytes(b ^ (0x40 if i == len(good) - 3 else 0)
+                                       for i, b in enumerate(good)),
+        "the header length flipped": good[:len(ngram.FILE_MAGIC) + 7] + b"\x01" + good[len(ngram.FILE_MAGIC) + 8:],
+    }
+    for what, data in damaged.items():
+        assert data != good, what
+        path = tmp_path / "damaged.lm"
+        path.write_bytes(data)
+        with pytest.raises(InputError, match="damaged lmc-ngram model file"):
+            load_tables(path)
+        code, stderr = _serve_error(path)
+        assert code == 2 and stderr.startswith(f"lmc-ngram: error: {path}: damaged lmc-ngram "
+                                               "model file ("), (what, stderr)
+        assert stderr.count("\n") == 1 and "Traceback" not in stderr, what
+    # every byte of the header, one bit at a time: refused, or (digits past a float's
+    # precision) read as the same header
+    rng = np.random.default_rng(0)
+    for i in rng.choice(end, size=150, replace=False).tolist():
+        path = tmp_path / "flipped.lm"
+        path.write_bytes(good[:i] + bytes([good[i] ^ 1]) + good[i + 1:])
+        try:
+            tables = load_tables(path)
+        except InputError as e:
+            assert "model file" in str(e)
+        else:
+            assert json.loads(json.dumps(tables.meta)) == load_tables(word_model_file).meta
+
+
+def test_train_checks_its_output_first_and_trains_on_a_tiny_corpus(tmp_path):
+    """-o is not the corpus (QA: it replaced it), nor stdout; a corpus of fewer words than
+    the order trains (QA: a sliding-window traceback)."""
+    corpus = tmp_path / "one.txt"
+    corpus.write_text("hello\n")
+    for output, message in ((corpus, "cannot write: it is the input"),
+                            ("-", "cannot write a model here")):
+        result = subprocess.run([PYTHON, "-m", "lmchallenge.cli.ngram", "train", str(corpus),
+                                 "-o", str(output)], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert corpus.read_text() == "hello\n"
+    for chars in ([], ["--chars", "--order", "9"]):
+        out = tmp_path / "tiny.lm"
+        ngram_main(["train", *chars, str(corpus), "-o", str(out)])
+        model = NgramModel(str(out))
+        assert model.predict("", ["hello"] if not chars else ["h"])[0][1] <= 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.txt", "tiny.lm"]   # no temporaries
+
+
+def test_serve_refuses_a_cache_weight_of_one(word_model_file):
+    """At weight 1 the static model's share could be 0 in floating point (QA: a math domain
+    error for every word outside the cache)."""
+    result = subprocess.run([PYTHON, "-m", "lmchallenge.cli.ngram", "serve", "--cache-weight",
+                             "1", str(word_model_file)], input="", capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 2 and "0<=x<1" in result.stderr
+
+
 def test_training_twice_gives_identical_files_from_text_gzip_and_jsonl(corpus_file, kjv_lines,
                                                                           tmp_path):
     gz = tmp_path / "kjv.txt.gz"

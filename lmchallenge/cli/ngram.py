@@ -15,6 +15,8 @@ import time
 import click
 
 from lmchallenge.cli.options import FiniteFloatRange, run_command
+from lmchallenge.errors import InputError
+from lmchallenge.logs.files import check_writable, written_in_place
 from lmchallenge.model import ngram
 from lmchallenge.model.serve import serve as serve_model
 
@@ -46,6 +48,10 @@ def cli() -> None:
 def train(corpus: str, output: str, order: int | None, chars: bool, min_count: int,
           fmt: str, verbose: bool) -> None:
     """Train a model on CORPUS and write it to the file of -o/--output."""
+    if output == "-" or written_in_place(output):
+        raise InputError(output, None, "cannot write a model here: it is not a regular file "
+                                       "(the model is read back mapped into memory); give a file")
+    check_writable(output, [corpus])    # before training: not the corpus, a folder we can write
     unit = "char" if chars else "word"
     if order is None:
         order = DEFAULT_CHAR_ORDER if chars else DEFAULT_WORD_ORDER
@@ -68,8 +74,10 @@ def train(corpus: str, output: str, order: int | None, chars: bool, min_count: i
 @click.option("--top", type=click.IntRange(min=0), default=20, show_default=True,
               help="Predictions returned when no candidates are given (the wc game "
                    "counts hits up to rank 20).")
-@click.option("--cache-weight", type=FiniteFloatRange(0, 1), default=0.05, show_default=True,
-              help="Largest weight of the per-user cache that train adapts (0: no cache).")
+@click.option("--cache-weight", type=FiniteFloatRange(0, 1, max_open=True), default=0.05,
+              show_default=True,
+              help="Largest weight of the per-user cache that train adapts, below 1 (0: no "
+                   "cache).")
 @click.option("--cache-halfway", type=FiniteFloatRange(min=0, min_open=True), default=50.0,
               show_default=True,
               help="Cached units at which the cache has half its largest weight.")

@@ -65,6 +65,7 @@ import bisect
 import json
 import math
 import os
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -327,6 +328,8 @@ def _unique_rows(rows: np.ndarray, base: int) -> tuple[np.ndarray, np.ndarray]:
 def _windows(stream: np.ndarray, k: int, unk: int, unk_first: bool) -> np.ndarray:
     """Windows of ``k`` ids of ``stream`` within one line and without rare units
     (a rare unit is allowed in the first column when ``unk_first``)."""
+    if len(stream) < k:     # a corpus of fewer units than the order
+        return np.empty((0, k), dtype=stream.dtype)
     view = np.lib.stride_tricks.sliding_window_view(stream, k)
     ok = np.ones(len(view), dtype=bool)
     for col in range(k):
@@ -479,13 +482,36 @@ def _arrays(tables: NgramTables) -> dict[str, np.ndarray]:
     return arrays
 
 
+def _array_names(order: int) -> list[str]:
+    """The arrays of a model file of ``order``, in the order they are written."""
+    names = ["vocab_text", "vocab_lengths"]
+    for k in range(1, order + 1):
+        names += [f"prob{k}", f"rank{k}"] + ([f"keys{k}"] if k >= 2 else []) \
+            + ([f"gamma{k}"] if k < order else [])
+    return names
+
+
+def _header_crc(header: dict[str, Any]) -> int:
+    """CRC-32 of the header's JSON without its ``checksum`` (what the checksum covers
+    before the arrays)."""
+    body = {key: value for key, value in header.items() if key != "checksum"}
+    return zlib.crc32(json.dumps(body, sort_keys=True).encode("utf-8"))
+
+
 def save_tables(tables: NgramTables, path: str | os.PathLike) -> None:
-    """Write ``tables`` to ``path`` (written to a temporary name, then renamed).
+    """Write ``tables`` to ``path`` (a temporary file of this process beside it, renamed
+    when complete: :func:`lmchallenge.logs.files.atomic_path`).
 
     Layout: ``FILE_MAGIC``, an 8-byte little-endian header length, a JSON header (sorted
-    keys: unit, order, meta, and each array's dtype, shape and byte offset), then the arrays,
-    each aligned to 64 bytes.  The same tables always give the same bytes.
+    keys: unit, order, meta, each array's dtype, shape and byte offset, and ``checksum``:
+    the CRC-32 of the header without it and of the bytes after the header, 8 hex digits),
+    then the arrays, each aligned to 64 bytes.  The same tables always give the same bytes.
+
+    Raises:
+        OSError: the file cannot be written (named by ``path``).
     """
+    from lmchallenge.logs.files import atomic_path
+
     arrays = _arrays(tables)
     specs: dict[str, dict[str, Any]] = {}
     offset = 0
@@ -493,26 +519,60 @@ def save_tables(tables: NgramTables, path: str | os.PathLike) -> None:
         offset = -(-offset // _ALIGN) * _ALIGN
         specs[name] = {"dtype": array.dtype.str, "shape": list(array.shape), "offset": offset}
         offset += array.nbytes
-    header = json.dumps({"format": FORMAT_VERSION, "unit": tables.unit, "order": tables.order,
-                         "meta": tables.meta, "arrays": specs}, sort_keys=True).encode("utf-8")
+    fields = {"format": FORMAT_VERSION, "unit": tables.unit, "order": tables.order,
+              "meta": tables.meta, "arrays": specs}
+    data = {name: np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+            for name, array in arrays.items()}     # each array's bytes, not copied again
+    crc, position = _header_crc(fields), 0
+    for name, raw in data.items():
+        crc = zlib.crc32(raw, zlib.crc32(b"\0" * (specs[name]["offset"] - position), crc))
+        position = specs[name]["offset"] + len(raw)
+    header = json.dumps({**fields, "checksum": f"{crc:08x}"}, sort_keys=True).encode("utf-8")
     start = -(-(len(FILE_MAGIC) + 8 + len(header)) // _ALIGN) * _ALIGN
-    path = Path(path)
-    temporary = path.with_name(path.name + ".tmp")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(temporary, "wb") as out:
+    with atomic_path(path) as temporary, open(temporary, "wb") as out:
         out.write(FILE_MAGIC + len(header).to_bytes(8, "little") + header)
         out.write(b"\0" * (start - out.tell()))
-        for name, array in arrays.items():
+        for name, raw in data.items():
             out.write(b"\0" * (start + specs[name]["offset"] - out.tell()))
-            out.write(array.tobytes())
-    os.replace(temporary, path)
+            out.write(raw)
+
+
+def _header_problem(header: Any, data_bytes: int) -> str | None:
+    """What is wrong with a model file's header (its fields, and arrays that do not fit in
+    the ``data_bytes`` after it), or None."""
+    if not isinstance(header, dict):
+        return "its header is not a JSON object"
+    unknown = sorted(set(header) - {"format", "unit", "order", "meta", "arrays", "checksum"})
+    if unknown:
+        return f"its header has the unknown field {unknown[0]!r}"
+    order, specs = header.get("order"), header.get("arrays")
+    if header.get("unit") not in UNITS:
+        return f"unit {header.get('unit')!r} is not one of {', '.join(UNITS)}"
+    if isinstance(order, bool) or not isinstance(order, int) or not 1 <= order <= 64:
+        return f"order {order!r} is not a whole number from 1 to 64"
+    if not isinstance(header.get("meta"), dict):
+        return "its header has no meta object"
+    if not isinstance(specs, dict) or set(specs) != set(_array_names(order)):
+        return f"its arrays are not those of an order-{order} model"
+    for name, spec in specs.items():
+        try:
+            shape = [int(n) for n in spec["shape"]]
+            end = int(spec["offset"]) + np.dtype(spec["dtype"]).itemsize * math.prod(shape)
+        except (KeyError, TypeError, ValueError):
+            return f"array {name} is not described right"
+        if min(shape, default=0) < 0 or int(spec["offset"]) < 0 or end > data_bytes:
+            return f"array {name} does not fit in the file"
+    return None
 
 
 def load_tables(path: str | os.PathLike) -> NgramTables:
-    """Memory-map a model file written by :func:`save_tables`.
+    """Memory-map a model file written by :func:`save_tables`, checked: its header's fields,
+    its arrays within the file and, where the file has one (files written since the checksum
+    was added), its checksum.
 
     Raises:
-        InputError: the file is missing, not a model file, or of another format version.
+        InputError: the file is missing, not a model file, of another format version, or
+            damaged (truncated, changed since it was written).
     """
     path = str(path)
     try:
@@ -521,14 +581,38 @@ def load_tables(path: str | os.PathLike) -> NgramTables:
             if magic != FILE_MAGIC:
                 raise InputError(path, None, "not an lmc-ngram model file")
             size = int.from_bytes(f.read(8), "little")
+            room = os.fstat(f.fileno()).st_size - len(FILE_MAGIC) - 8
+            if size > room:
+                raise InputError(path, None, _damaged("its header runs past its end"))
             header = json.loads(f.read(size).decode("utf-8"))
     except OSError as e:
         raise InputError(path, None, f"cannot read model: {e.strerror or e}") from None
-    if header.get("format") != FORMAT_VERSION:
+    except ValueError:      # (UnicodeDecodeError and JSONDecodeError are ValueErrors)
+        raise InputError(path, None, _damaged("its header is not JSON")) from None
+    if isinstance(header, dict) and header.get("format") != FORMAT_VERSION:
         raise InputError(path, None, f"model format {header.get('format')} is not supported "
                                      f"(expected {FORMAT_VERSION}); train it again")
     start = -(-(len(FILE_MAGIC) + 8 + size) // _ALIGN) * _ALIGN
     mapped = np.memmap(path, dtype=np.uint8, mode="r")
+    problem = _header_problem(header, max(0, len(mapped) - start))
+    if problem is None and "checksum" in header:
+        found = zlib.crc32(mapped[start:], _header_crc(header))
+        if f"{found:08x}" != header["checksum"]:
+            problem = "its checksum does not match: changed since it was written"
+    if problem is not None:
+        raise InputError(path, None, _damaged(problem))
+    try:
+        return _tables(header, mapped, start)
+    except (ValueError, TypeError, KeyError, IndexError) as e:
+        raise InputError(path, None, _damaged(f"{type(e).__name__}: {e}")) from None
+
+
+def _damaged(problem: str) -> str:
+    return f"damaged lmc-ngram model file ({problem}); train it again"
+
+
+def _tables(header: dict[str, Any], mapped: np.ndarray, start: int) -> NgramTables:
+    """The tables of a model file whose ``header`` was checked, mapped as ``mapped``."""
 
     def array(name: str) -> np.ndarray:
         spec = header["arrays"][name]
