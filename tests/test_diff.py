@@ -153,6 +153,21 @@ def test_cli_mismatch_exit_code_message_and_no_output():
     assert "the logs are of different games" in proc.stderr
 
 
+def test_cli_names_a_line_that_is_no_log_datum(tmp_path):
+    """A line without user, message and token is named by file and line, not taken for a
+    difference between the logs (QA: "not of the same data: ... message 0 in BASELINE but
+    None in LOG")."""
+    lines = (DATA / "kjv.o2.we.jsonl").read_text().splitlines(keepends=True)[:4]
+    good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
+    good.write_text("".join(lines))
+    bad.write_text("".join(lines[:3]) + '{"target": "x", "logp": -1}\n')
+    for pair in ((good, bad), (bad, good)):
+        proc = subprocess.run([sys.executable, "-m", "lmchallenge.cli", "diff", *map(str, pair)],
+                              capture_output=True, text=True, timeout=60)
+        assert (proc.returncode, proc.stdout) == (2, "")
+        assert proc.stderr == f"lmc: error: {bad}:4: field (datum): 'user' is a required property\n"
+
+
 # --- against the reference ---------------------------------------------------------------
 
 def reference(*args: str) -> str:

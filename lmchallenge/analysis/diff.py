@@ -194,7 +194,12 @@ def _load(log: Iterable[Datum] | str) -> list[Datum]:
 def _prepare(baseline: Iterable[Datum] | str, log: Iterable[Datum] | str,
              challenge: str) -> tuple[list[Datum], str | None]:
     baseline_data, log_data = _load(baseline), _load(log)
-    zipped = zip_logs(baseline_data, log_data)
+    try:
+        zipped = zip_logs(baseline_data, log_data)
+    except LogMismatchError:    # a line that is no log datum is named as such, first
+        for name, data in ((baseline, baseline_data), (log, log_data)):
+            pretty.check_data(data, None, pretty.log_name(name))
+        raise
     game = pretty.game_of(log_data, challenge, pretty.log_name(log))
     pretty.check_data(baseline_data, game, pretty.log_name(baseline))
     return zipped, game
