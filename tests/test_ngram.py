@@ -430,6 +430,51 @@ def test_train_checks_its_output_first_and_trains_on_a_tiny_corpus(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one.txt", "tiny.lm"]   # no temporaries
 
 
+def _without_checksum(good: bytes, **edits) -> bytes:
+    """``good`` as a file written before the checksum (its header without it, padded with
+    spaces to the same length), its arrays' descriptions edited."""
+    start = len(ngram.FILE_MAGIC) + 8
+    size = int.from_bytes(good[len(ngram.FILE_MAGIC):start], "little")
+    header = json.loads(good[start:start + size])
+    del header["checksum"]
+    for name, change in edits.items():
+        header["arrays"][name].update(change)
+    text = json.dumps(header, sort_keys=True).encode()
+    return good[:start] + text + b" " * (size - len(text)) + good[start + size:]
+
+
+def test_a_file_without_checksum_loads_and_its_arrays_are_checked(word_model_file, tmp_path):
+    """Files written before the checksum load as before; their arrays' types and lengths
+    are checked against each other (review: a prob2 read as integers answered logp +42)."""
+    good = word_model_file.read_bytes()
+    old = tmp_path / "old.lm"
+    old.write_bytes(_without_checksum(good))
+    assert NgramModel(str(old)).predict("In the ", ["beginning"]) == \
+        NgramModel(str(word_model_file)).predict("In the ", ["beginning"])
+    vocabulary = len(load_tables(word_model_file).vocab)
+    for edits, message in [({"prob2": {"dtype": "<i8"}}, "array prob2 is <i8 in 1 dimensions, not <f8 in 1"),
+                           ({"rank1": {"shape": [100]}}, f"array rank1 has 100 entries, not {vocabulary - 1}"),
+                           ({"vocab_lengths": {"shape": [100]}}, "array prob1 has"),
+                           ({"keys2": {"shape": [5]}}, "array prob2 has")]:
+        old.write_bytes(_without_checksum(good, **edits))
+        with pytest.raises(InputError, match=f"damaged lmc-ngram model file \\({message}"):
+            load_tables(old)
+
+
+def test_a_model_whose_highest_order_is_empty_predicts(tmp_path):
+    """A word list (no line as long as the order) trains a model whose top predictions
+    work and are normalised (review: an IndexError for every predict after a line's end)."""
+    corpus = tmp_path / "words.txt"
+    corpus.write_text("hello\nworld\nhello\n")
+    out = tmp_path / "words.lm"
+    ngram_main(["train", str(corpus), "-o", str(out)])
+    model = NgramModel(str(out))
+    for context in ("hello ", "", "world "):
+        top = model.predict(context, None)
+        assert sorted(word for word, _ in top) == ["hello", "world"]
+        assert math.fsum(math.exp(p) for _, p in top) == pytest.approx(1.0)
+
+
 def test_serve_refuses_a_cache_weight_of_one(word_model_file):
     """At weight 1 the static model's share could be 0 in floating point (QA: a math domain
     error for every word outside the cache)."""

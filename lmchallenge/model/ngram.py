@@ -164,6 +164,8 @@ class NgramTables:
         keep = np.ones(len(ids), dtype=bool)
         for k, row in histories:
             keys = self.keys[k - 1]
+            if not len(keys):      # no n-gram of order k (no training line that long)
+                continue
             wanted = row * self.base + ids
             pos = np.minimum(keys.searchsorted(wanted), len(keys) - 1)
             keep &= keys[pos] != wanted
@@ -554,14 +556,43 @@ def _header_problem(header: Any, data_bytes: int) -> str | None:
         return "its header has no meta object"
     if not isinstance(specs, dict) or set(specs) != set(_array_names(order)):
         return f"its arrays are not those of an order-{order} model"
+    lengths: dict[str, int] = {}
     for name, spec in specs.items():
         try:
             shape = [int(n) for n in spec["shape"]]
-            end = int(spec["offset"]) + np.dtype(spec["dtype"]).itemsize * math.prod(shape)
+            dtype = np.dtype(spec["dtype"])
+            end = int(spec["offset"]) + dtype.itemsize * math.prod(shape)
         except (KeyError, TypeError, ValueError):
             return f"array {name} is not described right"
-        if min(shape, default=0) < 0 or int(spec["offset"]) < 0 or end > data_bytes:
+        wanted = _ARRAY_DTYPES[name.rstrip("0123456789")]
+        if dtype.str != wanted or len(shape) != 1:
+            return f"array {name} is {dtype.str} in {len(shape)} dimensions, not {wanted} in 1"
+        if shape[0] < 0 or int(spec["offset"]) < 0 or end > data_bytes:
             return f"array {name} does not fit in the file"
+        lengths[name] = shape[0]
+    return _lengths_problem(lengths, order)
+
+
+_ARRAY_DTYPES = {"vocab_text": "|u1", "vocab_lengths": "<i8", "prob": "<f8", "gamma": "<f8",
+                 "rank": "<i8", "keys": "<i8"}
+"""The type of each array of a model file (by name without its order)."""
+
+
+def _lengths_problem(lengths: dict[str, int], order: int) -> str | None:
+    """Whether the arrays' lengths agree: one probability and one length per vocabulary unit
+    (``BOS`` included), a rank per unit but ``BOS``, and per n-gram of order k >= 2 a key,
+    a probability, a rank and, below the highest order, a back-off weight."""
+    vocabulary = lengths["vocab_lengths"]
+    expected = {"prob1": vocabulary, "rank1": vocabulary - 1}
+    if order > 1:
+        expected["gamma1"] = vocabulary
+    for k in range(2, order + 1):
+        expected.update({f"prob{k}": lengths[f"keys{k}"], f"rank{k}": lengths[f"keys{k}"]})
+        if k < order:
+            expected[f"gamma{k}"] = lengths[f"keys{k}"]
+    for name, length in expected.items():
+        if lengths[name] != length:
+            return f"array {name} has {lengths[name]} entries, not {length}"
     return None
 
 
@@ -623,6 +654,8 @@ def _tables(header: dict[str, Any], mapped: np.ndarray, start: int) -> NgramTabl
 
     text = array("vocab_text").tobytes().decode("utf-8")
     ends = np.cumsum(array("vocab_lengths")).tolist()
+    if (ends[-1] if ends else 0) != len(text):
+        raise ValueError("the vocabulary's lengths do not add up to its text")
     vocab = [text[a:b] for a, b in zip([0, *ends[:-1]], ends)]
     order = int(header["order"])
     return NgramTables(
