@@ -428,6 +428,7 @@ _WR_DATUM = '{"user": null, "message": 0, "token": %d, "character": 0, "target":
     ('"results": [["x", 0, "-1"]]', "an LM score is '-1', not a number"),
     ('"logp": "-1"', "logp is '-1', not a number"),
     ('"logp": true', "logp is True, not a number"),
+    ('"results": [["x", 0, null], ["y", 0, null, 1], {"z": 1}]', "a row of results is {'z': 1}"),
 ])
 def test_cli_datum_of_wrong_shape(payload, message, tmp_path):
     """A datum whose results or logp are not of the log's types is named by file and line
@@ -441,6 +442,17 @@ def test_cli_datum_of_wrong_shape(payload, message, tmp_path):
     assert f"odd.jsonl:2: not an LM Challenge log datum (TypeError: {message}" \
         in result.stderr.decode()
     assert "Traceback" not in result.stderr.decode() and result.stdout == b""
+
+
+def test_a_logp_beyond_the_float_range_is_infinite(tmp_path):
+    """An integer logp too large for a float is read as the columnar readers read it, an
+    infinity (review: an OverflowError traceback datum by datum, as with -n)."""
+    log = tmp_path / "huge.jsonl"
+    log.write_text(_WR_DATUM % (0, '"logp": -1' + "0" * 400))
+    for args in ((), ("-n", "1")):
+        result = run_lmc("stats", *args, str(log), check=False)
+        assert result.returncode == 0 and "Traceback" not in result.stderr.decode()
+        assert json.loads(result.stdout)["entropy"]["mean"] == math.inf
 
 
 def test_results_rows_with_more_fields_are_read(tmp_path):

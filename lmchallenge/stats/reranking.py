@@ -22,6 +22,7 @@ were produced and the client never holds all candidates.
 from __future__ import annotations
 
 import logging
+import numbers
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -74,19 +75,57 @@ class InterpolationModel:
                 f"max({self.alpha:.3g} * lm, {self.beta:.3g})")
 
 
+def checked_score(value: Any, name: str) -> float:
+    """``value`` as a float (an integer beyond the float range as an infinity, as the
+    columnar readers read it).
+
+    Raises:
+        TypeError: ``value`` is not a JSON number (a string or a boolean is not one).
+    """
+    kind = type(value)
+    if kind is not float and (kind is bool or not isinstance(value, numbers.Real)):
+        raise TypeError(f"{name} is {value!r}, not a number")
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+_ROWS = (list, tuple, np.ndarray)
+
+
 def target_first(target: str, results: Sequence[Sequence[Any]]) -> tuple[list[Any], list[Any]]:
     """The error and LM scores of one ``wr`` datum, the target's candidate(s) first.
 
     Args:
         target: the intended word.
-        results: ``[candidate, error_score, lm_score_or_None, ...]`` rows.
+        results: ``[candidate, error_score, lm_score_or_None, ...]`` rows (lists; tuples or
+            arrays from Python too).
     Returns:
-        ``(errors, lms)``: lists of floats (LM entries may be None), same order.
+        ``(errors, lms)``: lists of numbers (LM entries may be None), same order.
+    Raises:
+        TypeError: ``results`` is not rows of a candidate (a string), an error score (a
+            number) and an LM score (a number or None).
     """
-    first = [r for r in results if r[0] == target]
-    rest = [r for r in results if r[0] != target]
-    ordered = first + rest
-    return [r[1] for r in ordered], [r[2] for r in ordered]
+    if not isinstance(results, _ROWS):
+        raise TypeError(f"results is {results!r}, not a list")
+    errors, lms, other_errors, other_lms = [], [], [], []
+    for row in results:
+        if not (isinstance(row, _ROWS) and len(row) >= 3 and type(row[0]) is str):
+            raise TypeError(f"a row of results is {row!r}, not [candidate, error score, "
+                            f"LM score]")
+        error, lm = row[1], row[2]
+        if type(error) is not float and type(error) is not int:     # (the quick test first)
+            checked_score(error, "an error score")
+        if lm is not None and type(lm) is not float and type(lm) is not int:
+            checked_score(lm, "an LM score")
+        if row[0] == target:
+            errors.append(error)
+            lms.append(lm)
+        else:
+            other_errors.append(error)
+            other_lms.append(lm)
+    return errors + other_errors, lms + other_lms
 
 
 def jagged_to_matrix(rows: Sequence[Sequence[float | None]], width: int) -> np.ndarray:

@@ -35,11 +35,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
-
 
 from lmchallenge.stats import reranking
 from lmchallenge.stats.results import RawStats, Stats
@@ -175,37 +173,6 @@ class RunCount:
 
 # --- the state -----------------------------------------------------------------------------
 
-def _number(value: Any, name: str) -> float:
-    """``value`` as a float.
-
-    Raises:
-        TypeError: ``value`` is not a JSON number (a string or a boolean is not one).
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} is {value!r}, not a number")
-    return float(value)
-
-
-def _checked_results(results: Any) -> Sequence[Sequence[Any]]:
-    """``results`` of a ``wr`` datum, checked to be rows (lists; tuples from Python too) of a
-    candidate (a string), its error score (a number) and its LM score (a number or null), and
-    perhaps more fields.
-
-    Raises:
-        TypeError: a row is not of that shape.
-    """
-    if not isinstance(results, (list, tuple)):
-        raise TypeError(f"results is {results!r}, not a list")
-    for row in results:
-        if not (isinstance(row, (list, tuple)) and len(row) >= 3 and isinstance(row[0], str)):
-            raise TypeError(f"a row of results is {row!r}, not [candidate, error score, "
-                            f"LM score]")
-        _number(row[1], "an error score")
-        if row[2] is not None:
-            _number(row[2], "an LM score")
-    return results
-
-
 def _zero_hits() -> dict[int, int]:
     return {n: 0 for n in NEXT_WORD_RANKS}
 
@@ -259,12 +226,12 @@ class StatsState:
             self._update_completions(completions, target)
         logp = datum.get("logp")
         if logp is not None:
-            self.entropy_sum.add(-_number(logp, "logp"))
+            self.entropy_sum.add(-reranking.checked_score(logp, "logp"))
             self.entropy_tokens += 1
             self.entropy_fingerprint = (self.entropy_fingerprint + h) & MASK32
         results = datum.get("results")
         if results is not None:
-            self.scores.add(*reranking.target_first(target, _checked_results(results)))
+            self.scores.add(*reranking.target_first(target, results))
 
     def _update_completions(self, completions: Sequence[Sequence[str]], target: str) -> None:
         rank = rank_of(completions[0], target) if completions else None
