@@ -154,10 +154,11 @@ def partial_option(command: Callable | None = None, *, says_so: bool = False) ->
     @functools.wraps(command)
     def read(*args, partial: bool, **kwargs):
         with reading_partial(partial):
-            result = command(*args, **kwargs)
-            if not says_so:
-                _warn_read_partially()
-            return result
+            try:
+                return command(*args, **kwargs)
+            finally:    # (also when the command fails, or its reader goes away: | head)
+                if not says_so:
+                    _warn_read_partially()
 
     return click.option(
         "--partial", is_flag=True,
@@ -167,8 +168,10 @@ def partial_option(command: Callable | None = None, *, says_so: bool = False) ->
 
 
 def _warn_read_partially() -> None:
-    for path, (done, total) in read_partially().items():
+    read = read_partially()
+    if read:
         set_verbosity(0)        # (nothing changes where the command set it)
+    for path, done, total in read:
         logging.getLogger(__name__).warning(
             "%s: an unfinished lmc-dist run: read %d of its %d partitions (--partial)",
             path, done, total)

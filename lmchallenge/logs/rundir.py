@@ -59,7 +59,7 @@ LOCK = ".lmc-dist.lock"
 PART_GLOBS = ("part-*.parquet", "part-*.jsonl.gz", "part-*.jsonl")
 
 _PARTIAL: contextvars.ContextVar[bool] = contextvars.ContextVar("lmc_read_partial", default=False)
-_READ_PARTIALLY: contextvars.ContextVar[dict[str, tuple[int, int]] | None] = \
+_READ_PARTIALLY: contextvars.ContextVar[dict[str, tuple[str, int, int]] | None] = \
     contextvars.ContextVar("lmc_read_partially", default=None)
 
 
@@ -220,8 +220,8 @@ def parts(path: str, partial: bool | None = None) -> list[Path]:
         raise InputError(path, None, f"unfinished lmc-dist run: 0 of {run.total} partitions "
                                      "done, nothing to read yet")
     read = _READ_PARTIALLY.get()
-    if read is not None:
-        read[path] = (len(run.done), run.total)
+    if read is not None:    # (one entry per directory, however its path was written)
+        read.setdefault(os.path.realpath(path), (path, len(run.done), run.total))
     return run.parts
 
 
@@ -267,7 +267,8 @@ def reading_partial(enabled: bool = True) -> Iterator[None]:
         _PARTIAL.reset(token)
 
 
-def read_partially() -> dict[str, tuple[int, int]]:
+def read_partially() -> list[tuple[str, int, int]]:
     """The unfinished run dirs read so far in this :func:`reading_partial` context, as
-    ``{path: (partitions read, partitions of the run)}`` (empty outside one)."""
-    return dict(_READ_PARTIALLY.get() or {})
+    ``(path, partitions read, partitions of the run)``, each directory once (none outside
+    one)."""
+    return list((_READ_PARTIALLY.get() or {}).values())
