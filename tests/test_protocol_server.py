@@ -179,6 +179,22 @@ def test_run_loop_leaves_stdout_open(unbuffered):
     assert (result.returncode, result.stdout) == (0, b"x\t-1.0\nafter run_loop\n"), result.stderr
 
 
+def test_answers_before_a_model_exits_are_written():
+    """A model that exits (SystemExit) inside a block of requests: the answers it gave
+    before are written, not lost with the gathered block (review)."""
+    code = ("import sys\n"
+            "import lmchallenge as lmc\n"
+            "class Quits(lmc.Model):\n"
+            "    def predict(self, context, candidates):\n"
+            "        if context == 'exit':\n"
+            "            sys.exit(3)\n"
+            "        return [('x', -1.0)]\n"
+            "Quits().run_loop()\n")
+    result = subprocess.run([PYTHON, "-c", code], input=b"predict\thi\npredict\texit\n",
+                            capture_output=True, timeout=60)
+    assert (result.returncode, result.stdout) == (3, b"x\t-1.0\n"), result.stderr
+
+
 def test_model_without_train_or_clear_is_served():
     class PredictOnly:
         def predict(self, context, candidates):

@@ -99,9 +99,11 @@ def serve(model: Any, input_stream: IO | None = None, output_stream: IO | None =
                 if count % FLUSH_EVERY == 0:
                     _flush(answers, sink)
             _flush(answers, sink)  # the requests read so far are answered: flush before waiting
-    finally:
+    finally:    # answers gathered before a model's SystemExit or a Ctrl-C are not lost
+        with contextlib.suppress(OSError, ValueError):      # (a broken pipe: not ours)
+            _flush(answers, sink)
         if buffered is not None:    # let go of the caller's stream without closing it
-            with contextlib.suppress(OSError, ValueError):    # (a broken pipe: not ours)
+            with contextlib.suppress(OSError, ValueError):
                 buffered.detach()
 
 
