@@ -456,7 +456,7 @@ def model_report(game: str, rows: list[Row], partitions: dict[int, list[dict]], 
           f"per worker, CPU per token +{100 * costs.cpu_growth:.1f}% per further worker on the "
           f"machine")
     fitted = min((r.workers for r in rows if r.workers > 1 and r.run.startswith("lmc-dist")),
-                 default=None) if costs.cpu_growth else None
+                 default=None)     # the run the CPU growth was fitted on (0 if it fell)
     for r in rows[1:]:
         if not r.run.startswith("lmc-dist"):
             continue
