@@ -470,17 +470,15 @@ def train_tables(lines: Iterable[Sequence[str]], order: int = 3, unit: str = "wo
 # Model files -------------------------------------------------------------------------------
 
 def _arrays(tables: NgramTables) -> dict[str, np.ndarray]:
-    joined = "".join(tables.vocab)
-    lengths = np.array([len(w) for w in tables.vocab], dtype="<i8")
-    arrays = {"vocab_text": np.frombuffer(joined.encode("utf-8"), dtype=np.uint8),
-              "vocab_lengths": lengths}
-    for k in range(1, tables.order + 1):
-        arrays[f"prob{k}"] = tables.prob[k - 1].astype("<f8")
-        arrays[f"rank{k}"] = tables.rank[k - 1].astype("<i8")
-        if k >= 2:
-            arrays[f"keys{k}"] = tables.keys[k - 1].astype("<i8")
-        if k < tables.order:
-            arrays[f"gamma{k}"] = tables.gamma[k - 1].astype("<f8")
+    """The arrays of ``tables``' model file, in the order of :func:`_array_names`."""
+    joined = "".join(tables.vocab).encode("utf-8")
+    by_kind = {"prob": tables.prob, "rank": tables.rank, "keys": tables.keys,
+               "gamma": tables.gamma}
+    arrays = {"vocab_text": np.frombuffer(joined, dtype=np.uint8),
+              "vocab_lengths": np.array([len(w) for w in tables.vocab], dtype="<i8")}
+    for name in _array_names(tables.order)[2:]:
+        kind = name.rstrip("0123456789")
+        arrays[name] = by_kind[kind][int(name[len(kind):]) - 1].astype(_ARRAY_DTYPES[kind])
     return arrays
 
 
