@@ -477,9 +477,14 @@ def _arrays(tables: NgramTables) -> dict[str, np.ndarray]:
     arrays = {"vocab_text": np.frombuffer(joined, dtype=np.uint8),
               "vocab_lengths": np.array([len(w) for w in tables.vocab], dtype="<i8")}
     for name in _array_names(tables.order)[2:]:
-        kind = name.rstrip("0123456789")
+        kind = _kind(name)
         arrays[name] = by_kind[kind][int(name[len(kind):]) - 1].astype(_ARRAY_DTYPES[kind])
     return arrays
+
+
+def _kind(name: str) -> str:
+    """An array's name without its order (``prob3``: ``prob``)."""
+    return name.rstrip("0123456789")
 
 
 def _array_names(order: int) -> list[str]:
@@ -512,29 +517,25 @@ def save_tables(tables: NgramTables, path: str | os.PathLike) -> None:
     """
     from lmchallenge.logs.files import atomic_path
 
-    arrays = _arrays(tables)
     specs: dict[str, dict[str, Any]] = {}
+    body: list[Any] = []      # the bytes after the header: each array's padding, then the array
     offset = 0
-    for name, array in arrays.items():
-        offset = -(-offset // _ALIGN) * _ALIGN
-        specs[name] = {"dtype": array.dtype.str, "shape": list(array.shape), "offset": offset}
-        offset += array.nbytes
+    for name, array in _arrays(tables).items():
+        aligned = -(-offset // _ALIGN) * _ALIGN
+        specs[name] = {"dtype": array.dtype.str, "shape": list(array.shape), "offset": aligned}
+        body += [b"\0" * (aligned - offset), np.ascontiguousarray(array).reshape(-1).view(np.uint8)]
+        offset = aligned + array.nbytes
     fields = {"format": FORMAT_VERSION, "unit": tables.unit, "order": tables.order,
               "meta": tables.meta, "arrays": specs}
-    data = {name: np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-            for name, array in arrays.items()}     # each array's bytes, not copied again
-    crc, position = _header_crc(fields), 0
-    for name, raw in data.items():
-        crc = zlib.crc32(raw, zlib.crc32(b"\0" * (specs[name]["offset"] - position), crc))
-        position = specs[name]["offset"] + len(raw)
+    crc = _header_crc(fields)
+    for chunk in body:
+        crc = zlib.crc32(chunk, crc)
     header = json.dumps({**fields, "checksum": f"{crc:08x}"}, sort_keys=True).encode("utf-8")
     start = -(-(len(FILE_MAGIC) + 8 + len(header)) // _ALIGN) * _ALIGN
     with atomic_path(path) as temporary, open(temporary, "wb") as out:
         out.write(FILE_MAGIC + len(header).to_bytes(8, "little") + header)
         out.write(b"\0" * (start - out.tell()))
-        for name, raw in data.items():
-            out.write(b"\0" * (start + specs[name]["offset"] - out.tell()))
-            out.write(raw)
+        out.writelines(body)
 
 
 def _header_problem(header: Any, data_bytes: int) -> str | None:
@@ -562,7 +563,7 @@ def _header_problem(header: Any, data_bytes: int) -> str | None:
             end = int(spec["offset"]) + dtype.itemsize * math.prod(shape)
         except (KeyError, TypeError, ValueError):
             return f"array {name} is not described right"
-        wanted = _ARRAY_DTYPES[name.rstrip("0123456789")]
+        wanted = _ARRAY_DTYPES[_kind(name)]
         if dtype.str != wanted or len(shape) != 1:
             return f"array {name} is {dtype.str} in {len(shape)} dimensions, not {wanted} in 1"
         if shape[0] < 0 or int(spec["offset"]) < 0 or end > data_bytes:
@@ -645,10 +646,8 @@ def _tables(header: dict[str, Any], mapped: np.ndarray, start: int) -> NgramTabl
 
     def array(name: str) -> np.ndarray:
         spec = header["arrays"][name]
-        dtype = np.dtype(spec["dtype"])
-        count = int(np.prod(spec["shape"])) if spec["shape"] else 1
-        return np.frombuffer(mapped, dtype=dtype, count=count,
-                             offset=start + spec["offset"]).reshape(spec["shape"])
+        return np.frombuffer(mapped, dtype=np.dtype(spec["dtype"]), count=spec["shape"][0],
+                             offset=start + spec["offset"])
 
     text = array("vocab_text").tobytes().decode("utf-8")
     ends = np.cumsum(array("vocab_lengths")).tolist()
