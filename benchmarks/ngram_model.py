@@ -11,6 +11,11 @@ The requests are those `lmc run MODEL GAME` sends for the first ``--lines`` line
 answers).  Each replay is `python -m lmchallenge.cli.ngram serve MODEL < requests`, its CPU
 (user + system, from the process's rusage: model load included) divided by the requests.
 Prints the median microseconds per request of each tree and the ratio new/old.
+
+Each process runs with its tree on ``PYTHONPATH`` and in the temporary directory: ``python -m``
+puts the working directory first on ``sys.path``, so run from a checkout it would import that
+checkout whatever ``PYTHONPATH`` says (before 2026-11-26 it did: both sides were this tree).
+Each side's imported package is checked to be its tree's.
 """
 
 from __future__ import annotations
@@ -28,21 +33,33 @@ REPO = Path(__file__).resolve().parents[1]
 SERVE = [sys.executable, "-m", "lmchallenge.cli.ngram", "serve"]
 
 
+def env_for(tree: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(tree.resolve())}
+
+
+def check_imports(tree: Path, cwd: Path) -> None:
+    """Exit unless a process started as the replays are imports ``lmchallenge`` from ``tree``."""
+    found = subprocess.run([sys.executable, "-c", "import lmchallenge; print(lmchallenge.__file__)"],
+                           env=env_for(tree), cwd=cwd, capture_output=True, text=True, check=True)
+    if not Path(found.stdout.strip()).resolve().is_relative_to(tree.resolve()):
+        sys.exit(f"the replay for {tree} imports {found.stdout.strip()}")
+
+
 def record(tmp: Path, model: Path, game: str, corpus: Path) -> Path:
     """The requests `lmc run` sends the model for ``game`` on ``corpus``."""
     requests = tmp / f"{game}.requests"
     command = f"tee {shlex.quote(str(requests))} | {shlex.join([*SERVE, str(model)])}"
     subprocess.run([sys.executable, "-m", "lmchallenge.cli", "run", command, game, str(corpus)],
-                   env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL,
-                   check=True)
+                   env=env_for(REPO), cwd=tmp, stdout=subprocess.DEVNULL, check=True)
     return requests
 
 
 def replay(tree: Path, model: Path, requests: Path) -> tuple[float, bytes]:
     """(CPU-seconds, answers) of one model process from ``tree`` answering ``requests``."""
     with open(requests, "rb") as stdin:
-        process = subprocess.Popen([*SERVE, str(model)], stdin=stdin, stdout=subprocess.PIPE,
-                                   env={**os.environ, "PYTHONPATH": str(tree)})
+        process = subprocess.Popen([*SERVE, str(model.resolve())], stdin=stdin,
+                                   stdout=subprocess.PIPE, env=env_for(tree),
+                                   cwd=requests.parent)
         answers = process.stdout.read()
         _, status, usage = os.wait4(process.pid, 0)
     if status != 0:
@@ -64,8 +81,10 @@ def main() -> None:
         corpus.write_bytes(b"".join(f.readline() for _ in range(args.lines)))
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; "
           f"{args.lines} lines of data/kjv/test.txt")
+    for tree in (args.old_tree, REPO):
+        check_imports(tree, tmp)
     for game in args.games.split(","):
-        requests = record(tmp, args.model, game, corpus)
+        requests = record(tmp, args.model.resolve(), game, corpus)
         n = sum(1 for line in open(requests, "rb") if line.startswith(b"predict"))
         times: dict[str, list[float]] = {"old": [], "new": []}
         answers: dict[str, bytes] = {}

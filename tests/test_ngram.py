@@ -273,6 +273,24 @@ def test_history_is_only_the_current_line_and_long_contexts_agree(model, kjv_lin
     assert model.predict(long_context, None) == model.predict("x " + short, None)
 
 
+
+def test_a_served_sequence_of_contexts_is_answered_as_each_context_alone(word_model_file,
+                                                                         kjv_lines):
+    """The history kept from one context to the next (a line's words tokenized only where
+    the context grew) gives what tokenizing each context from scratch gives."""
+    line = kjv_lines[77]
+    contexts = [line[:i] for i in range(len(line) + 1)]           # wc: every character
+    contexts += [line[:m.end()] + " " for m in ngram.word_tokenizer().finditer(line)]
+    contexts += ["", "And God saw", "And  God\u00a0saw the ", "And God saw the light ",
+                 "Und Gött sah das ", "Und Gött sah das Licht, ", "a\u3000b c ", "a\u3000b c d ",
+                 "And God saw the light ", "God saw the light ", "God saw the light, that "]
+    served = NgramModel(word_model_file)
+    for context in contexts:
+        for candidates in (None, ["light", "it", ",", "Gött"]):
+            alone = NgramModel(word_model_file).predict(context, candidates)
+            assert served.predict(context, candidates) == alone, (context, candidates)
+
+
 # Cache ---------------------------------------------------------------------------------------
 
 def test_train_raises_a_word_and_clear_restores_it_exactly(model):

@@ -804,8 +804,7 @@ class NgramModel(Model):
         cut = space.end() if space else 0
         head = context[:cut]
         if self._head is None or self._head[0] != head:
-            words, _, whole = split_tail(head, self._tokenizer, need)
-            self._head = (head, ([""] if whole else []) + words)
+            self._head = (head, self._head_history(head, need))
         history = self._head[1]
         matches = list(self._tokenizer.finditer(context, cut))
         prefix = ""
@@ -814,6 +813,22 @@ class NgramModel(Model):
         if matches:
             history = [*history, *(m.group() for m in matches)]
         return history, prefix
+
+    def _head_history(self, head: str, need: int) -> list[str]:
+        """The last ``need`` history units of ``head`` (a context cut after a whitespace
+        character, or ``""``), begin of line as ``""``.
+
+        A head that extends the previous one (the next word of the same line, as in ``we``
+        and ``wc``) is tokenized only from where the previous one ended: tokens never
+        contain whitespace, so the tokens after that whitespace are the same either way.
+        """
+        if self._head is not None and head.startswith(self._head[0]):
+            old, history = self._head
+            units = [*history, *self._tokenizer.findall(head, len(old))]
+        else:
+            words, _, whole = split_tail(head, self._tokenizer, need)
+            units = ([""] if whole else []) + words
+        return units[max(0, len(units) - need):]
 
     def _history_ids(self, history: Sequence[str]) -> list[int]:
         """Ids of the last ``order - 1`` history units, cut after the last unknown one."""
