@@ -90,6 +90,9 @@ _ALIGN = 64
 _WHITESPACE = regex.compile(r"\s")
 _LAST_WHITESPACE = regex.compile(r"\s", flags=regex.REVERSE)
 _DEFAULT_DISCOUNTS = (0.5, 1.0, 1.5)
+ROWS_MEMO = 1 << 16
+"""Histories whose table rows an :class:`NgramModel` remembers (then it starts again): on
+KJV text 80% of ``we`` queries repeat a history of the 26k seen in 5,000 lines."""
 
 
 # Static tables -----------------------------------------------------------------------------
@@ -766,6 +769,7 @@ class NgramModel(Model):
         self._tokenizer = word_tokenizer() if self.tables.unit == "word" else None
         self._head: tuple[str, list[str]] | None = None
         self._cached: tuple[np.ndarray, np.ndarray, list[tuple[str, int]]] | None = None
+        self._rows: dict[tuple[str, ...], list[int]] = {}
 
     # -- the API
     def predict(self, context: str, candidates: Sequence[str] | None) -> Result:
@@ -806,6 +810,8 @@ class NgramModel(Model):
         if self._head is None or self._head[0] != head:
             self._head = (head, self._head_history(head, need))
         history = self._head[1]
+        if cut == len(context):     # between words (every query of we): nothing typed yet
+            return history, ""
         matches = list(self._tokenizer.finditer(context, cut))
         prefix = ""
         if matches and matches[-1].end() == len(context):
@@ -830,6 +836,17 @@ class NgramModel(Model):
             units = ([""] if whole else []) + words
         return units[max(0, len(units) - need):]
 
+    def _history_rows(self, history: Sequence[str]) -> list[int]:
+        """:meth:`NgramTables.history_rows` of the last ``order - 1`` history units,
+        remembered for the last :data:`ROWS_MEMO` distinct histories."""
+        key = tuple(history[max(0, len(history) - (self.tables.order - 1)):])
+        rows = self._rows.get(key)
+        if rows is None:
+            if len(self._rows) >= ROWS_MEMO:
+                self._rows.clear()
+            rows = self._rows[key] = self.tables.history_rows(self._history_ids(key))
+        return rows
+
     def _history_ids(self, history: Sequence[str]) -> list[int]:
         """Ids of the last ``order - 1`` history units, cut after the last unknown one."""
         tables = self.tables
@@ -843,8 +860,7 @@ class NgramModel(Model):
         """Mixture probability of ``unit`` after ``history`` (0 if unscorable)."""
         tables = self.tables
         wid = tables.index.get(unit)
-        static = tables.prob_of(wid, tables.history_rows(self._history_ids(history))) \
-            if wid is not None else 0.0
+        static = tables.prob_of(wid, self._history_rows(history)) if wid is not None else 0.0
         mu = self.cache.mu
         return (1 - mu) * static + mu * self.cache.prob(unit) if mu else static
 
@@ -876,7 +892,7 @@ class NgramModel(Model):
             return []
         tables = self.tables
         vocab = tables.vocab
-        rows = tables.history_rows(self._history_ids(history))
+        rows = self._history_rows(history)
         lo, hi = tables.prefix_range(prefix)
         cut = len(prefix)
         mu = self.cache.mu
