@@ -38,17 +38,21 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def handle(model: Any, raw: bytes, output: IO[bytes], errors: IO[str]) -> None:
-    """Answer one request line (bytes, with or without its LF) on ``output``."""
-    raw = raw.rstrip(b"\n")
-    try:
-        line = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        command = raw.split(b"\t", 1)[0]
-        errors.write(f"protocol: request is not valid UTF-8 (byte {e.start}): {raw[:80]!r}\n")
-        if command == b"predict":
-            output.write(b"\n")
-        return
+def handle(model: Any, raw: bytes | str, output: IO[bytes], errors: IO[str]) -> None:
+    """Answer one request line (bytes, or text already decoded; with or without its LF) on
+    ``output``."""
+    if isinstance(raw, str):
+        line = raw.rstrip("\n")
+    else:
+        raw = raw.rstrip(b"\n")
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            command = raw.split(b"\t", 1)[0]
+            errors.write(f"protocol: request is not valid UTF-8 (byte {e.start}): {raw[:80]!r}\n")
+            if command == b"predict":
+                output.write(b"\n")
+            return
     if not line:
         return  # a blank line asks nothing
     command, text, candidates = parse_request(line)
@@ -91,7 +95,7 @@ def serve(model: Any, input_stream: IO | None = None, output_stream: IO | None =
     read = getattr(source, "read1", None) or source.read  # read1: what is there, one call
     try:
         for block in whole_line_blocks(read):
-            lines = block.split(b"\n")
+            lines = _lines(block)
             if not lines[-1]:
                 lines.pop()  # the block ended with its last line's LF
             for count, raw in enumerate(lines, start=1):
@@ -105,6 +109,15 @@ def serve(model: Any, input_stream: IO | None = None, output_stream: IO | None =
         if buffered is not None:    # let go of the caller's stream without closing it
             with contextlib.suppress(OSError, ValueError):
                 buffered.detach()
+
+
+def _lines(block: bytes) -> list[str] | list[bytes]:
+    """The LF-separated lines of ``block``, decoded in one call; as bytes if it is not UTF-8
+    (:func:`handle` then names the line that is not)."""
+    try:
+        return block.decode("utf-8").split("\n")
+    except UnicodeDecodeError:
+        return block.split(b"\n")
 
 
 def _flush(answers: io.BytesIO, sink: Any) -> None:
