@@ -181,6 +181,28 @@ def _emoji_alternation() -> str:
 
 
 @lru_cache(maxsize=1)
+def _spaced_emoji_neighbours() -> tuple[frozenset[str], frozenset[str]]:
+    """The characters before and after a space inside a multi-code-point emoji of the list."""
+    spaces = [(e, i) for e in emoji_sequences() for i, c in enumerate(e) if c == " "]
+    return frozenset(e[i - 1] for e, i in spaces), frozenset(e[i + 1] for e, i in spaces)
+
+
+def space_may_be_in_token(text: str, i: int) -> bool:
+    """Whether the whitespace character ``text[i]`` may be inside a word token.
+
+    Only the multi-code-point emoji spelled with spaces (rule 1 above) hold whitespace, so
+    ``False`` means that tokenizing ``text`` from ``i`` (or ``i + 1``) gives exactly the
+    tokens of the whole ``text`` that start after ``i``; ``True`` (a space between a
+    character that comes before a space in such an emoji and one that comes after one, as
+    in "👍 🏽") means that it may not.
+    """
+    if text[i] != " " or i == 0 or i + 1 == len(text):
+        return False
+    before, after = _spaced_emoji_neighbours()
+    return text[i - 1] in before and text[i + 1] in after
+
+
+@lru_cache(maxsize=1)
 def full_word_pattern() -> regex.Pattern:
     """The word tokenizer as one compiled pattern (compiled once per process, in about
     0.3 s: it is large)."""

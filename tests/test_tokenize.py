@@ -19,7 +19,7 @@ import emoji
 import pytest
 
 from conftest import DATA
-from lmchallenge.tokenize import (Token, ascii_word_pattern, character_tokenizer, emoji_sequences, find_tokens, full_word_pattern, word_tokenizer, words)
+from lmchallenge.tokenize import (Token, ascii_word_pattern, character_tokenizer, emoji_sequences, find_tokens, full_word_pattern, space_may_be_in_token, word_tokenizer, words)
 
 # --- unit tests: exact tokens (each expectation is also checked against the reference) ---
 
@@ -101,6 +101,31 @@ def test_word_tokenizer_has_the_pattern_api():
     import pickle
     assert type(copy.deepcopy(tokenizer)) is type(pickle.loads(pickle.dumps(tokenizer))) \
         is type(tokenizer)
+
+
+def test_tokenizing_after_a_space_no_token_holds_gives_the_whole_texts_tokens():
+    """space_may_be_in_token is what lmc-ngram relies on to tokenize only a context's end."""
+    import random
+    rng = random.Random(7)
+    spaced = [e for e in emoji_sequences() if " " in e]
+    pieces = [*rng.sample(spaced, 40), *(e.split(" ")[0] for e in rng.sample(spaced, 20)),
+              "\ufe0f", "\u20e3", "\u200d", "#", "1", "a", "word", "😀", "!", "\u00a0"]
+    mays = 0
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) + rng.choice([" ", "", " ", "  "])
+                       for _ in range(rng.randint(1, 8)))
+        matches = [(m.start(), m.group()) for m in word_tokenizer().finditer(text)]
+        for i, c in enumerate(text):
+            if not c.isspace():
+                continue
+            if space_may_be_in_token(text, i):
+                mays += 1
+                continue
+            after = [(m.start(), m.group()) for m in word_tokenizer().finditer(text, i)]
+            assert after == [(s, t) for s, t in matches if s > i], (text, i)
+            head = [(m.start(), m.group()) for m in word_tokenizer().finditer(text[:i + 1])]
+            assert head == [(s, t) for s, t in matches if s < i], (text, i)
+    assert mays > 100   # the texts hold spaces inside emoji
 
 
 def test_find_tokens_indexes_code_points():
