@@ -19,6 +19,8 @@
 #   call, timeout_s 570: bash benchmarks/device_checks.sh 3
 #   (the CPU topology; 16 `lmc run`s at once beside lmc-dist --workers 16: the machine's own
 #   ceiling; 10 and 12 workers; GPU passes of 16 and 64 rows; the same with the CUDA MPS daemon)
+# then, with the time left, stage 2 (timeout_s 300): the 1M-line `we` again, since the n-gram
+#   model's CPU per query fell by a quarter (0a8fe3a; BENCHMARKS.md, "ngram_model")
 # Each step's output is also in $OUT/STEP.log. A step that runs past its limit is stopped
 # (with its whole process group) and the next one starts; its log says how far it got.
 set -u
