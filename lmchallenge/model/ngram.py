@@ -93,10 +93,13 @@ _DEFAULT_DISCOUNTS = (0.5, 1.0, 1.5)
 ROWS_MEMO = 1 << 16
 """Histories whose table rows an :class:`NgramModel` remembers (then it starts again): on
 KJV text 80% of ``we`` queries repeat a history of the 26k seen in 5,000 lines."""
-TOP_MEMO = 1 << 14
+TOP_MEMO = 1 << 13
 """(history, prefix) pairs whose predictions an :class:`NgramModel` remembers until its cache
-changes (or it has this many: then it starts again): 37% of ``wc``'s prediction queries on
-1,000 KJV lines repeat one."""
+changes (or it has this many: then it starts again; about 20 MB with 20 predictions each): of
+``wc``'s prediction queries on 1,000 KJV lines, 37% repeat a pair, 21% within this bound."""
+TOP_MEMO_PREFIX = 16
+"""Longest prefix (code points) whose predictions are remembered: a long word typed one
+character at a time would otherwise keep every one of its prefixes."""
 
 
 # Static tables -----------------------------------------------------------------------------
@@ -777,14 +780,16 @@ class NgramModel(Model):
         self._tokenizer = word_tokenizer() if self.tables.unit == "word" else None
         self._head: tuple[str, list[str]] | None = None
         self._cached: tuple[np.ndarray, np.ndarray, list[tuple[str, int]]] | None = None
-        self._rows: dict[tuple[str, ...], list[int]] = {}
-        self._tops: dict[tuple[tuple[str, ...], str], Result] = {}
+        self._rows: dict[tuple[int, ...], list[int]] = {}
+        self._tops: dict[tuple[tuple[int, ...], str], Result] = {}
 
     # -- the API
     def predict(self, context: str, candidates: Sequence[str] | None) -> Result:
         history, prefix = self._split(context)
         if candidates is None:
-            key = (tuple(history[max(0, len(history) - (self.tables.order - 1)):]), prefix)
+            if len(prefix) > TOP_MEMO_PREFIX:
+                return self._top(history, prefix)
+            key = (tuple(self._history_ids(history)), prefix)
             top = self._tops.get(key)
             if top is None:
                 if len(self._tops) >= TOP_MEMO:
@@ -830,7 +835,7 @@ class NgramModel(Model):
         if self._head is None or self._head[0] != head:
             self._head = (head, self._head_history(head, need))
         history = self._head[1]
-        if cut == len(context):     # between words (every query of we): nothing typed yet
+        if cut == len(context):     # after a space (most queries of we): nothing typed yet
             return history, ""
         matches = list(self._tokenizer.finditer(context, cut))
         prefix = ""
@@ -861,13 +866,14 @@ class NgramModel(Model):
 
     def _history_rows(self, history: Sequence[str]) -> list[int]:
         """:meth:`NgramTables.history_rows` of the last ``order - 1`` history units,
-        remembered for the last :data:`ROWS_MEMO` distinct histories."""
-        key = tuple(history[max(0, len(history) - (self.tables.order - 1)):])
-        rows = self._rows.get(key)
+        remembered for the last :data:`ROWS_MEMO` distinct histories (by their ids: an
+        unknown unit, however long, is not kept)."""
+        ids = tuple(self._history_ids(history))
+        rows = self._rows.get(ids)
         if rows is None:
             if len(self._rows) >= ROWS_MEMO:
                 self._rows.clear()
-            rows = self._rows[key] = self.tables.history_rows(self._history_ids(key))
+            rows = self._rows[ids] = self.tables.history_rows(ids)
         return rows
 
     def _history_ids(self, history: Sequence[str]) -> list[int]:
