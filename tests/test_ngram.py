@@ -319,15 +319,20 @@ def test_the_remembered_answers_hold_no_long_text(word_model_file):
     """A long unknown word in the history, or a long word typed one character at a time, is
     not kept by the model's memos (QA: 66 MB for 30,000 histories of a 2,000-character
     blob; 73 MB for the prefixes of a 12,000-character word)."""
+    import tracemalloc
     model = NgramModel(word_model_file)
     word = "x" * 3000
+    model.predict("And God said ", None)
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
     for i in range(0, len(word), 7):
         model.predict("And God said " + word[:i], None)
         model.predict(f"said {word[:i]} ", ["light"])
-    assert len(model._tops) <= ngram.TOP_MEMO_PREFIX + 1
-    assert all(len(prefix) <= ngram.TOP_MEMO_PREFIX for _, prefix in model._tops)
-    assert all(isinstance(i, int) for key in model._rows for i in key)
-    assert all(isinstance(i, int) for key, _ in model._tops for i in key)
+    kept = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert model._top_of.cache_info().currsize <= ngram.TOP_MEMO_PREFIX + 1
+    assert model._rows_of.cache_info().currsize <= 4
+    assert kept < 256 * 1024    # the 429 prefixes and histories as text: more than 1 MB
 
 
 # Cache ---------------------------------------------------------------------------------------

@@ -62,6 +62,7 @@ characters/s (``ce``).
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import math
 import os
@@ -91,12 +92,13 @@ _WHITESPACE = regex.compile(r"\s")
 _LAST_WHITESPACE = regex.compile(r"\s", flags=regex.REVERSE)
 _DEFAULT_DISCOUNTS = (0.5, 1.0, 1.5)
 ROWS_MEMO = 1 << 16
-"""Histories whose table rows an :class:`NgramModel` remembers (then it starts again): on
-KJV text 80% of ``we`` queries repeat a history of the 26k seen in 5,000 lines."""
+"""Histories (as vocabulary ids) whose table rows an :class:`NgramModel` remembers, the most
+recently used: on KJV text 80% of ``we`` queries repeat a history of the 26k seen in 5,000
+lines."""
 TOP_MEMO = 1 << 13
 """(history, prefix) pairs whose predictions an :class:`NgramModel` remembers until its cache
-changes (or it has this many: then it starts again; about 20 MB with 20 predictions each): of
-``wc``'s prediction queries on 1,000 KJV lines, 37% repeat a pair, 21% within this bound."""
+changes, the most recently used (about 20 MB with 20 predictions each): of ``wc``'s prediction
+queries on 1,000 KJV lines, 37% repeat a pair."""
 TOP_MEMO_PREFIX = 16
 """Longest prefix (code points) whose predictions are remembered: a long word typed one
 character at a time would otherwise keep every one of its prefixes."""
@@ -780,22 +782,18 @@ class NgramModel(Model):
         self._tokenizer = word_tokenizer() if self.tables.unit == "word" else None
         self._head: tuple[str, list[str]] | None = None
         self._cached: tuple[np.ndarray, np.ndarray, list[tuple[str, int]]] | None = None
-        self._rows: dict[tuple[int, ...], list[int]] = {}
-        self._tops: dict[tuple[tuple[int, ...], str], Result] = {}
+        # history ids -> table rows; (history ids, prefix) -> predictions, until train/clear
+        self._rows_of = functools.lru_cache(maxsize=ROWS_MEMO)(self.tables.history_rows)
+        self._top_of = functools.lru_cache(maxsize=TOP_MEMO)(self._top)
 
     # -- the API
     def predict(self, context: str, candidates: Sequence[str] | None) -> Result:
         history, prefix = self._split(context)
         if candidates is None:
+            ids = tuple(self._history_ids(history))
             if len(prefix) > TOP_MEMO_PREFIX:
-                return self._top(history, prefix)
-            key = (tuple(self._history_ids(history)), prefix)
-            top = self._tops.get(key)
-            if top is None:
-                if len(self._tops) >= TOP_MEMO:
-                    self._tops.clear()
-                top = self._tops[key] = self._top(history, prefix)
-            return list(top)
+                return self._top(ids, prefix)
+            return list(self._top_of(ids, prefix))
         found = []
         for candidate in candidates:
             logp = self._score(history, prefix, candidate)
@@ -807,12 +805,12 @@ class NgramModel(Model):
     def train(self, text: str) -> None:
         self.cache.add(self._units(text))
         self._cached = None
-        self._tops.clear()
+        self._top_of.cache_clear()
 
     def clear(self) -> None:
         self.cache.clear()
         self._cached = None
-        self._tops.clear()
+        self._top_of.cache_clear()
 
     # -- helpers
     def _units(self, text: str) -> list[str]:
@@ -864,18 +862,6 @@ class NgramModel(Model):
             units = ([""] if whole else []) + words
         return units[max(0, len(units) - need):]
 
-    def _history_rows(self, history: Sequence[str]) -> list[int]:
-        """:meth:`NgramTables.history_rows` of the last ``order - 1`` history units,
-        remembered for the last :data:`ROWS_MEMO` distinct histories (by their ids: an
-        unknown unit, however long, is not kept)."""
-        ids = tuple(self._history_ids(history))
-        rows = self._rows.get(ids)
-        if rows is None:
-            if len(self._rows) >= ROWS_MEMO:
-                self._rows.clear()
-            rows = self._rows[ids] = self.tables.history_rows(ids)
-        return rows
-
     def _history_ids(self, history: Sequence[str]) -> list[int]:
         """Ids of the last ``order - 1`` history units, cut after the last unknown one."""
         tables = self.tables
@@ -889,7 +875,8 @@ class NgramModel(Model):
         """Mixture probability of ``unit`` after ``history`` (0 if unscorable)."""
         tables = self.tables
         wid = tables.index.get(unit)
-        static = tables.prob_of(wid, self._history_rows(history)) if wid is not None else 0.0
+        static = tables.prob_of(wid, self._rows_of(tuple(self._history_ids(history)))) \
+            if wid is not None else 0.0
         mu = self.cache.mu
         return (1 - mu) * static + mu * self.cache.prob(unit) if mu else static
 
@@ -910,8 +897,9 @@ class NgramModel(Model):
             history = [*history, unit]
         return logp
 
-    def _top(self, history: list[str], prefix: str) -> Result:
-        """The ``top`` best completions of ``prefix`` after ``history``.
+    def _top(self, ids: tuple[int, ...], prefix: str) -> Result:
+        """The ``top`` best completions of ``prefix`` after the history of ``ids``
+        (:meth:`_history_ids`).
 
         Without a cache: :meth:`NgramTables.best`.  With one, the best static words that
         are not cached, the best cached vocabulary words (scored exactly, vectorised) and
@@ -921,7 +909,7 @@ class NgramModel(Model):
             return []
         tables = self.tables
         vocab = tables.vocab
-        rows = self._history_rows(history)
+        rows = self._rows_of(ids)
         lo, hi = tables.prefix_range(prefix)
         cut = len(prefix)
         mu = self.cache.mu
