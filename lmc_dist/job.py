@@ -52,7 +52,7 @@ from lmc_dist.quiet import (TASK_PREFIX, client_filters, quiet_interruption, sig
                             start_without_sigint)
 from lmc_dist.sizing import ForCluster, PartitionSize, query_cost, recorded_size
 from lmc_dist.worker import (PLUGIN_NAME, ModelPool, PartitionTask, evaluate_partition,
-                             finish_models, part_name)
+                             finish_models, finish_orphaned_models, part_name)
 
 LOG = logging.getLogger(__name__)
 STOPPED_EARLY = "stopped_early"
@@ -241,13 +241,37 @@ def cluster_name(job: DistJob) -> str:
 
 
 def register_model_pool(client: Client, job: DistJob) -> None:
-    """Register :class:`lmc_dist.worker.ModelPool` on every worker, now and later.  A worker
-    that dies meanwhile (its nanny starts another, which gets the plugin from the scheduler)
-    fails the broadcast: the registration is tried once more when the workers are back.
+    """Register :class:`lmc_dist.worker.ModelPool` on every worker, now and later, unless
+    the cluster has it (another run's, going on: :attr:`ModelPool.idempotent`), and finish
+    the models that runs whose client has gone left in it (:func:`finish_orphans`).  A
+    worker that dies meanwhile (its nanny starts another, which gets the plugin from the
+    scheduler) fails the broadcast: the registration is tried once more when the workers are
+    back.
 
     Raises:
         LmcError: it failed twice (the cluster is not usable).
     """
+    _register_model_pool(client, job)
+    if job.scheduler:       # an embedded cluster is the run's own
+        finish_orphans(client)
+
+
+def finish_orphans(client: Client) -> None:
+    """Finish, on every worker, the models of runs whose Dask client the scheduler no longer
+    has (:func:`lmc_dist.worker.finish_orphaned_models`: the idle ones now, those a task
+    still uses when it ends); their errors are no run's
+    to report (the part files such a model answered are removed: their run's ``--resume``
+    makes them again).  Skipped, said with ``-v``, where the scheduler cannot be asked (one
+    that does not run pickled functions)."""
+    try:
+        clients = client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.clients))
+        client.run(finish_orphaned_models, clients, on_error="return")
+    except Exception as e:  # noqa: BLE001 - a clean-up: the run goes on without it
+        LOG.info("the models of earlier runs on %s were not looked for (%s)", client.scheduler.address,
+                 first_line(e))
+
+
+def _register_model_pool(client: Client, job: DistJob) -> None:
     try:
         client.register_plugin(ModelPool(), name=PLUGIN_NAME)
         return
@@ -484,7 +508,7 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
                            corpus_name=job.input, corpus_format=scanned.corpus_format, partition=p,
                            game=job.game, predictor=job.predictor, train=job.train,
                            out_format=job.out_format, user_type=manifest["user_type"],
-                           run=manifest["run"])
+                           run=manifest["run"], client=client.id)
              for p in scanned.partitions]
     register_model_pool(client, job)
     workers = workers_of(client, job) or (job.workers or 1)
@@ -557,7 +581,7 @@ def _check_models(client: Client, job: DistJob, manifest: dict[str, Any]) -> dic
     other requests).  They are recorded as failed in ``manifest`` (saved), and returned
     with their errors by index: a run is never committed without them."""
     try:
-        found = client.run(finish_models, job.predictor, on_error="return")
+        found = client.run(finish_models, job.predictor, client.id, on_error="return")
     except (OSError, CancelledError):  # the scheduler gone: the files say what is done
         found = {}
     found_out = [error for answer in found.values() if isinstance(answer, list)

@@ -1,11 +1,13 @@
 """What runs on a Dask worker: long-lived model processes and the partition task.
 
-Each worker thread keeps one model per predictor alive across partitions (models can take
-seconds to load): started on first use, finished at the end of each run and when the worker
-closes (a :class:`ModelPool` worker plugin, registered with ``Client.register_plugin``), and
-discarded after a failure so the next partition starts a fresh one.  A model process found
-to write more answer lines than it is asked, or that fails before it can be finished, loses
-every partition it answered (:class:`ModelPool`).
+Each worker thread keeps one model per predictor and run alive across partitions (models can
+take seconds to load): started on first use, finished at the end of its run, when a later
+run starts after its run's client has gone, and when the worker closes (a :class:`ModelPool`
+worker plugin, registered with ``Client.register_plugin`` once per cluster, so that runs
+sharing a scheduler never stop each other's models), and discarded after a failure so the
+next partition starts a fresh one.  A model process found to write more answer lines than
+it is asked, or that fails before it can be finished, loses every partition it answered
+(:class:`ModelPool`).
 """
 
 from __future__ import annotations
@@ -45,9 +47,10 @@ PART_GZIP_LEVEL = 1
 than level 6 for files about 1.3x as large (BENCHMARKS.md, "scaling")."""
 
 
-ModelKey = tuple[int, str, str | None]
-"""A model process of the pool: its thread, :func:`_spec_key` and game (it is told its
-game as it starts)."""
+ModelKey = tuple[int, str, str | None, str | None]
+"""A model process of the pool: its thread, :func:`_spec_key`, game (it is told its game as
+it starts) and the Dask client id of its run (one per ``lmc-dist`` run: runs sharing a
+cluster never share a model process, so one run's end or failure never touches another's)."""
 
 
 def _spec_key(spec: Any) -> str:
@@ -70,10 +73,14 @@ class ModelPool(WorkerPlugin):
     work."""
 
     name = PLUGIN_NAME
+    idempotent = True
+    """Registered once per cluster: a later run's registration would replace the pool, which
+    stops the models of the runs going on (Dask tears the old plugin down)."""
 
     def __init__(self) -> None:
         self._models: dict[ModelKey, Any] = {}
         self._served: dict[ModelKey, list[str]] = {}   # part files each model answered
+        self._gone: set[str] = set()    # clients whose runs' models end with their task
         self._busy: set[ModelKey] = set()
         self._games: dict[str, Game] = {}
         self._lock = threading.Lock()
@@ -103,15 +110,27 @@ class ModelPool(WorkerPlugin):
             self._discard(key)
         return self._finish(idle)
 
-    def finish_idle(self, spec: PredictorSpec) -> list[ModelError]:
-        """Finish the models of ``spec`` that no task is using (:func:`finish_model`: a
-        shell model's input is closed and its output read to the end, so an extra answer
-        line is seen however late it comes); the errors of those found out of step, or failed
-        (an exit code other than 0 included: :func:`unchecked`), whose part files are removed.
-        The next task starts a new model."""
+    def finish_idle(self, spec: PredictorSpec, client: str | None = None) -> list[ModelError]:
+        """Finish the models of ``spec`` in the run of ``client`` that no task is using
+        (:func:`finish_model`: a shell model's input is closed and its output read to the
+        end, so an extra answer line is seen however late it comes); the errors of those found
+        out of step, or failed (an exit code other than 0 included: :func:`unchecked`), whose
+        part files are removed.  The next task starts a new model."""
         wanted = _spec_key(spec)
         with self._lock:
-            keys = [key for key in self._models if key[1] == wanted and key not in self._busy]
+            keys = [key for key in self._models
+                    if key[1] == wanted and key[3] == client and key not in self._busy]
+        return self._finish(keys)
+
+    def finish_orphans(self, clients: set[str]) -> list[ModelError]:
+        """Finish the models of runs whose Dask client is not among ``clients`` (the
+        scheduler's: a client killed, or stopped before its run's end, leaves its models to
+        the pool): the idle ones now, those a task still uses (the scheduler does not stop a
+        running task) when it ends.  As :meth:`finish_idle`, the errors (their part files
+        removed, so that the run's ``--resume`` makes them again)."""
+        with self._lock:
+            self._gone |= {key[3] for key in self._models if key[3] is not None} - clients
+            keys = [key for key in self._models if key[3] in self._gone and key not in self._busy]
         return self._finish(keys)
 
     def _finish(self, keys: list[ModelKey]) -> list[ModelError]:
@@ -132,15 +151,16 @@ class ModelPool(WorkerPlugin):
         return found
 
     @contextlib.contextmanager
-    def using(self, spec: PredictorSpec,
-              game: str | None = None) -> Iterator[tuple[Any, Callable[[str], None]]]:
-        """This thread's model for ``spec`` (started on first use) and a function that
-        records a part file it answered, while a task uses it.  On a failure the model is
-        discarded (the next use starts a fresh one); a shell model's :class:`ModelError`
-        that leaves it :func:`unchecked` also removes the part files it answered before,
-        and is raised saying so.
+    def using(self, spec: PredictorSpec, game: str | None = None,
+              client: str | None = None) -> Iterator[tuple[Any, Callable[[str], None]]]:
+        """This thread's model for ``spec`` in the run of Dask client ``client`` (started on
+        first use) and a function that records a part file it answered, while a task uses
+        it.  On a failure the model is discarded (the next use starts a fresh one); a shell
+        model's :class:`ModelError` that leaves it :func:`unchecked` also removes the part
+        files it answered before, and is raised saying so.  The model of a run whose client
+        has gone (:meth:`finish_orphans`) is finished when the task ends.
         """
-        key = (threading.get_ident(), _spec_key(spec), game)
+        key = (threading.get_ident(), _spec_key(spec), game, client)
         model = self._models.get(key)
         if model is None:
             model = spec.create(game=game)
@@ -162,6 +182,9 @@ class ModelPool(WorkerPlugin):
         finally:
             with self._lock:
                 self._busy.discard(key)
+                orphan = client in self._gone
+            if orphan:
+                self._finish([key])
 
     def _discard(self, key: ModelKey) -> list[str]:
         """Stop the model of ``key`` (the next use restarts it); the part files it answered."""
@@ -243,13 +266,24 @@ def drop_served(error: ModelError, served: list[str]) -> ModelError:
         f"before {'are' if len(names) > 1 else 'is'} removed, to be made again ({shown})")
 
 
-def finish_models(spec: PredictorSpec, dask_worker: Any = None) -> list[ModelError]:
+def finish_models(spec: PredictorSpec, client: str | None = None,
+                  dask_worker: Any = None) -> list[ModelError]:
     """Run on every worker at the end of a run (``Client.run``, which passes the worker as
-    ``dask_worker``): finish the worker's idle models of ``spec``
-    (:meth:`ModelPool.finish_idle`); the errors of those found out of step (their part files
-    removed)."""
+    ``dask_worker``): finish the worker's idle models of ``spec`` in the run of Dask client
+    ``client`` (:meth:`ModelPool.finish_idle`); the errors of those found out of step (their
+    part files removed)."""
+    return _pool_of(dask_worker).finish_idle(spec, client)
+
+
+def finish_orphaned_models(clients: list[str], dask_worker: Any = None) -> list[ModelError]:
+    """Run on every worker as a run starts: finish the models of runs whose Dask client is
+    not among ``clients`` (the scheduler's clients; :meth:`ModelPool.finish_orphans`)."""
+    return _pool_of(dask_worker).finish_orphans(set(clients))
+
+
+def _pool_of(dask_worker: Any) -> ModelPool:
     pool = dask_worker.plugins.get(PLUGIN_NAME) if dask_worker is not None else None
-    return (pool if pool is not None else current_pool()).finish_idle(spec)
+    return pool if pool is not None else current_pool()
 
 
 _LOCAL_POOL = ModelPool()
@@ -283,6 +317,9 @@ class PartitionTask:
         run: the run's identity (its manifest's ``run``): a task of another run in the run
             dir (one whose client was stopped, still running on a worker when another run
             took the directory over) writes nothing there (:func:`evaluate_partition`).
+        client: the Dask client of the run (``Client.id``): its models are the run's own,
+            finished when a later run starts after the client has gone
+            (:func:`finish_orphaned_models`).
     """
 
     run_dir: str
@@ -296,6 +333,7 @@ class PartitionTask:
     out_format: str = "parquet"
     user_type: str = "string"
     run: str | None = None
+    client: str | None = None
 
     @property
     def output_path(self) -> str:
@@ -362,7 +400,7 @@ def evaluate_partition(task: PartitionTask) -> PartitionOutcome:
     game = pool.game(task.game)
     messages = read_partition(task.input_path, task.partition, task.corpus_format,
                               name=task.corpus_name)
-    with pool.using(task.predictor, task.game.name) as (model, served):
+    with pool.using(task.predictor, task.game.name, task.client) as (model, served):
         rows = write_log(run_game(game, model, messages, train=task.train,
                                   first_message=task.partition.first_message),
                          task.output_path, game=task.game.name, compresslevel=PART_GZIP_LEVEL,

@@ -199,6 +199,69 @@ def test_wr_stats_match_lmc_run(tmp_path, commits, two_workers):
 
 
 @pytest.mark.slow
+def done_partitions(run_dir: Path) -> int:
+    """The partitions ``run_dir``'s manifest records as done (0 before it is written)."""
+    with contextlib.suppress(FileNotFoundError, ValueError):
+        return sum(p["state"] == "done" for p in
+                   json.loads((run_dir / "_manifest.json").read_text())["partitions"])
+    return 0
+
+
+def wait_for_done(run_dir: Path, n: int, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 120
+    while done_partitions(run_dir) < n:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1].decode()
+        time.sleep(0.02)
+
+
+def models_of(marker: str) -> list[int]:
+    """The process ids of toy models whose command line holds ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and marker in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                found.append(int(entry.name))
+    return found
+
+
+def test_runs_sharing_a_scheduler_never_stop_each_other_s_models(tmp_path, commits, two_workers):
+    """A run's start registered the workers' model pool anew, which stopped the models of
+    a run going on: its partitions failed, the model "killed by signal 9"."""
+    expected = lmc_run(["wc"], commits)
+    first_dir = tmp_path / "first"
+    first = subprocess.Popen([str(BIN / "lmc-dist"), "run", toy_model_command("--delay", "0.0005"),
+                              "wc", "--input", str(commits), "--run-dir", str(first_dir),
+                              "--scheduler", two_workers.address, "--partition-chars", "1500",
+                              "--retries", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_for_done(first_dir, 1, first)
+    lmc_dist(["run", toy_model_command(), "we", "--input", str(first_lines(commits, 30, tmp_path / "c.jsonl")),
+              "--run-dir", str(tmp_path / "second"), "--scheduler", two_workers.address])
+    assert first.poll() is None         # the second run was over while the first went on
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err.decode()
+    assert b"signal" not in err
+    assert concatenated(first_dir) == expected
+
+
+def test_the_models_of_a_killed_client_are_finished_when_the_next_run_starts(tmp_path, commits,
+                                                                             two_workers):
+    marker = "--delay 0.00051"
+    first = subprocess.Popen([str(BIN / "lmc-dist"), "run", toy_model_command(*marker.split()),
+                              "wc", "--input", str(commits), "--run-dir", str(tmp_path / "first"),
+                              "--scheduler", two_workers.address, "--partition-chars", "1500"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wait_for_done(tmp_path / "first", 1, first)
+    first.kill()
+    first.wait()
+    assert models_of(marker)        # left running by the killed client's tasks
+    lmc_dist(["run", toy_model_command(), "we", "--input", str(first_lines(commits, 30, tmp_path / "c.jsonl")),
+              "--run-dir", str(tmp_path / "second"), "--scheduler", two_workers.address])
+    deadline = time.monotonic() + 60
+    while models_of(marker) and time.monotonic() < deadline:  # a task running on finishes first
+        time.sleep(0.1)
+    assert not models_of(marker)
+
+
 def test_worker_killed_mid_run(tmp_path, commits):
     expected = lmc_run(["wc", "-p"], commits)
     run_dir = tmp_path / "run"
