@@ -204,6 +204,15 @@ def space_may_be_in_token(text: str, i: int) -> bool:
 
 
 @lru_cache(maxsize=1)
+def longest_emoji() -> int:
+    """Code points of the longest emoji of :func:`emoji_sequences`, spaces included: trying a
+    token at a position reads no further than this beyond it, except a run of rule 2 or 3,
+    which reads up to the first character outside the run.  So the tokens that start at
+    least this far before the end of a text (plus one) are those of every text extending it."""
+    return max(map(len, emoji_sequences()))
+
+
+@lru_cache(maxsize=1)
 def full_word_pattern() -> regex.Pattern:
     """The word tokenizer as one compiled pattern (compiled once per process, in about
     0.3 s: it is large)."""

@@ -79,7 +79,7 @@ import regex
 from lmchallenge.errors import InputError, LmcError
 from lmchallenge.model.api import Model
 from lmchallenge.model.wire import Result
-from lmchallenge.tokenize import space_may_be_in_token, word_tokenizer
+from lmchallenge.tokenize import longest_emoji, space_may_be_in_token, word_tokenizer
 
 BOS = 0
 """Id of the begin-of-line symbol (its vocabulary entry is the empty string)."""
@@ -713,18 +713,22 @@ class UnigramCache:
 
 # The model ---------------------------------------------------------------------------------
 
-def split_tail(context: str, tokenizer: regex.Pattern, need: int) -> tuple[list[str], str, bool]:
-    """The last complete word tokens of ``context`` and the prefix of the word being typed,
-    tokenizing only the end of the context.
+def _last(units: list[str], need: int) -> list[str]:
+    """The last ``need`` of ``units``."""
+    return units[max(0, len(units) - need):]
+
+
+def tail_matches(context: str, tokenizer: regex.Pattern, need: int) -> tuple[list[Any], bool]:
+    """The matches of the last word tokens of ``context``, tokenizing only its end.
 
     Tokenizing from a whitespace character that no token holds
     (:func:`~lmchallenge.tokenize.space_may_be_in_token`) gives the same tokens as
     tokenizing the whole context.
 
     Returns:
-        ``(words, prefix, whole)``: at least ``need`` complete words unless ``whole``
-        (the context was tokenized from its start), the prefix (``""`` if the context does
-        not end inside a token) and whether ``words`` start at the start of the context.
+        ``(matches, whole)``: at least ``need`` matches before one that ends at the end of
+        the context (the prefix of a word being typed) unless ``whole``, and whether they
+        start at the start of the context.
     """
     span = 48 * (need + 1)
     while True:
@@ -736,12 +740,21 @@ def split_tail(context: str, tokenizer: regex.Pattern, need: int) -> tuple[list[
                 span *= 4       # inside an emoji spelled with spaces: start further back
                 continue
         matches = list(tokenizer.finditer(context, start))
-        prefix = ""
-        if matches and matches[-1].end() == len(context):
-            prefix = matches.pop().group()
-        if start == 0 or len(matches) >= need:
-            return [m.group() for m in matches], prefix, start == 0
+        complete = len(matches) - (1 if matches and matches[-1].end() == len(context) else 0)
+        if start == 0 or complete >= need:
+            return matches, start == 0
         span *= 4
+
+
+@dataclass(frozen=True, slots=True)
+class _Anchor:
+    """Where the tokenization of any text extending ``text`` may start: a token of them all
+    starts at ``position`` (:func:`~lmchallenge.tokenize.longest_emoji`), after ``history``
+    (their last history units before it, begin of line as ``""``)."""
+
+    text: str
+    position: int
+    history: list[str]
 
 
 class NgramModel(Model):
@@ -781,6 +794,7 @@ class NgramModel(Model):
         self.cache = UnigramCache(weight=float(cache_weight), halfway=float(cache_halfway))
         self._tokenizer = word_tokenizer() if self.tables.unit == "word" else None
         self._head: tuple[str, list[str]] | None = None
+        self._anchor: _Anchor | None = None
         self._cached: tuple[np.ndarray, np.ndarray, list[tuple[str, int]]] | None = None
         # history ids -> table rows; (history ids, prefix) -> predictions, until train/clear
         self._rows_of = functools.lru_cache(maxsize=ROWS_MEMO)(self.tables.history_rows)
@@ -825,9 +839,10 @@ class NgramModel(Model):
         # The words before the last whitespace do not change while a word is typed: the
         # history they give is kept for the next context with the same start.
         space = _LAST_WHITESPACE.search(context)
-        if space and space_may_be_in_token(context, space.start()):
-            words, prefix, whole = split_tail(context, self._tokenizer, need)  # "... 👍 🏽"
-            return ([""] if whole else []) + words, prefix
+        if space and space_may_be_in_token(context, space.start()):      # "... 👍 🏽"
+            history, matches = self._anchored_matches(context, need)
+            prefix = matches.pop().group() if matches and matches[-1].end() == len(context) else ""
+            return _last([*history, *(m.group() for m in matches)], need), prefix
         cut = space.end() if space else 0
         head = context[:cut]
         if self._head is None or self._head[0] != head:
@@ -855,12 +870,43 @@ class NgramModel(Model):
         old = self._head[0] if self._head is not None else None
         if old is not None and head.startswith(old) \
                 and not (old and space_may_be_in_token(head, len(old) - 1)):
-            history = self._head[1]
-            units = [*history, *self._tokenizer.findall(head, len(old))]
+            units = [*self._head[1], *self._tokenizer.findall(head, len(old))]
         else:
-            words, _, whole = split_tail(head, self._tokenizer, need)
-            units = ([""] if whole else []) + words
-        return units[max(0, len(units) - need):]
+            history, matches = self._anchored_matches(head, need)
+            units = [*history, *(m.group() for m in matches)]
+        return _last(units, need)
+
+    def _anchored_matches(self, text: str, need: int) -> tuple[list[str], list[Any]]:
+        """``(history, matches)``: the matches of the last tokens of ``text`` and the last
+        ``need`` history units before them (begin of line as ``""``), for a text that may
+        not be tokenized from its last whitespace (an emoji spelled with spaces may go on
+        across it).
+
+        They are tokenized from the anchor an earlier text of the line left, if ``text``
+        extends it, else from a whitespace no token holds (:func:`tail_matches`); the last
+        match that starts :func:`~lmchallenge.tokenize.longest_emoji` before the end, or
+        further, is the next anchor.  So a line made of such emoji ("👨 ‍ 👩 ‍ 👧 👨 ‍ 👩 ...",
+        where every space may be inside one) is tokenized in time linear in its length,
+        not once from its start per query.
+        """
+        anchor = self._anchor
+        if anchor is not None and text.startswith(anchor.text):
+            history, complete = anchor.history, True
+            matches = list(self._tokenizer.finditer(text, anchor.position))
+        else:
+            matches, complete = tail_matches(text, self._tokenizer, need)
+            history = [""] if complete else []
+        limit = len(text) - longest_emoji() - 1
+        k = len(matches)
+        while k and matches[k - 1].start() > limit:
+            k -= 1
+        if k:
+            before = [*history, *(m.group() for m in matches[:k - 1])]
+            if complete or len(before) >= need:
+                start = matches[k - 1].start()
+                self._anchor = _Anchor(text[:start + longest_emoji() + 1], start,
+                                       _last(before, need))
+        return history, matches
 
     def _history_ids(self, history: Sequence[str]) -> list[int]:
         """Ids of the last ``order - 1`` history units, cut after the last unknown one."""
@@ -959,4 +1005,4 @@ def corpus_units(path: str, unit: str, fmt: str = "auto") -> Iterator[list[str]]
 
 
 __all__ = ["NgramTables", "NgramModel", "UnigramCache", "train_tables", "save_tables",
-           "load_tables", "corpus_units", "split_tail", "BOS"]
+           "load_tables", "corpus_units", "tail_matches", "BOS"]
