@@ -4,11 +4,13 @@ recorded requests (run alternately, so both see the same load; answers compared 
     lmc-ngram train data/kjv/train.txt.gz -o /tmp/kjv.lm
     git worktree add /tmp/old REV
     python benchmarks/ngram_model.py --old-tree /tmp/old --model /tmp/kjv.lm [--lines 5000]
-        [--games we,wc] [--repeat 5]
+        [--games we,wc] [--repeat 5] [--corpus FILE | --emoji-line N]
 
 The requests are those `lmc run MODEL GAME` sends for the first ``--lines`` lines of
-``data/kjv/test.txt`` (recorded once through `tee`: a game's requests do not depend on the
-answers).  Each replay is `python -m lmchallenge.cli.ngram serve MODEL < requests`, its CPU
+``--corpus`` (default ``data/kjv/test.txt``), or for one line of ``N`` family emoji spelled
+with spaces as LM Challenge 5.x spells them (``--emoji-line``: every space of it may be
+inside an emoji, the tokenizer's worst case), recorded once through `tee` (a game's requests
+do not depend on the answers).  Each replay is `python -m lmchallenge.cli.ngram serve MODEL < requests`, its CPU
 (user + system, from the process's rusage: model load included) divided by the requests.
 Prints the median microseconds per request of each tree and the ratio new/old.
 
@@ -74,13 +76,26 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=5000)
     parser.add_argument("--games", default="we,wc")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--corpus", type=Path, default=REPO / "data" / "kjv" / "test.txt")
+    parser.add_argument("--emoji-line", type=int, metavar="N",
+                        help="one line of N family emoji spelled with spaces instead")
     args = parser.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="lmc-ngram-model-"))
+    with tempfile.TemporaryDirectory(prefix="lmc-ngram-model-") as tmp:
+        compare(args, Path(tmp))
+
+
+def compare(args: argparse.Namespace, tmp: Path) -> None:
+    """Record the requests in ``tmp``, replay them with both trees, print the figures."""
     corpus = tmp / "corpus.txt"
-    with open(REPO / "data" / "kjv" / "test.txt", "rb") as f:
-        corpus.write_bytes(b"".join(f.readline() for _ in range(args.lines)))
-    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; "
-          f"{args.lines} lines of data/kjv/test.txt")
+    if args.emoji_line:
+        family = "\U0001F468 \u200d \U0001F469 \u200d \U0001F467"
+        corpus.write_text(" ".join([family] * args.emoji_line) + "\n", encoding="utf-8")
+        what = f"one line of {args.emoji_line} family emoji spelled with spaces"
+    else:
+        with open(args.corpus, "rb") as f:
+            corpus.write_bytes(b"".join(f.readline() for _ in range(args.lines)))
+        what = f"{args.lines} lines of {args.corpus}"
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; {what}")
     for tree in (args.old_tree, REPO):
         check_imports(tree, tmp)
     for game in args.games.split(","):
