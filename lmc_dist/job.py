@@ -52,7 +52,7 @@ from lmc_dist.quiet import (TASK_PREFIX, client_filters, quiet_interruption, sig
                             start_without_sigint)
 from lmc_dist.sizing import ForCluster, PartitionSize, query_cost, recorded_size
 from lmc_dist.worker import (PLUGIN_NAME, ModelPool, PartitionTask, evaluate_partition,
-                             finish_models, finish_orphaned_models, part_name)
+                             finish_models, finish_orphaned_models, model_clients, part_name)
 
 LOG = logging.getLogger(__name__)
 STOPPED_EARLY = "stopped_early"
@@ -259,13 +259,20 @@ def register_model_pool(client: Client, job: DistJob) -> None:
 def finish_orphans(client: Client) -> None:
     """Finish, on every worker, the models of runs whose Dask client the scheduler no longer
     has (:func:`lmc_dist.worker.finish_orphaned_models`: the idle ones now, those a task
-    still uses when it ends); their errors are no run's
-    to report (the part files such a model answered are removed: their run's ``--resume``
-    makes them again).  Skipped, said with ``-v``, where the scheduler cannot be asked (one
-    that does not run pickled functions)."""
+    still uses when it ends); their errors are no run's to report (the part files such a
+    model answered are removed: their run's ``--resume`` makes them again).  The workers'
+    clients are asked for before the scheduler's, so that a run starting meanwhile is never
+    taken for gone.  Skipped, said with ``-v``, where the scheduler cannot be asked (one that
+    does not run pickled functions)."""
     try:
-        clients = client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.clients))
-        client.run(finish_orphaned_models, clients, on_error="return")
+        held = client.run(model_clients, on_error="return")
+        held_ids = {c for ids in held.values() if isinstance(ids, list) for c in ids}
+        if not held_ids:
+            return
+        live = client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.clients))
+        gone = held_ids - set(live)
+        if gone:
+            client.run(finish_orphaned_models, sorted(gone), on_error="return")
     except Exception as e:  # noqa: BLE001 - a clean-up: the run goes on without it
         LOG.info("the models of earlier runs on %s were not looked for (%s)", client.scheduler.address,
                  first_line(e))

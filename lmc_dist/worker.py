@@ -122,14 +122,19 @@ class ModelPool(WorkerPlugin):
                     if key[1] == wanted and key[3] == client and key not in self._busy]
         return self._finish(keys)
 
-    def finish_orphans(self, clients: set[str]) -> list[ModelError]:
-        """Finish the models of runs whose Dask client is not among ``clients`` (the
-        scheduler's: a client killed, or stopped before its run's end, leaves its models to
-        the pool): the idle ones now, those a task still uses (the scheduler does not stop a
-        running task) when it ends.  As :meth:`finish_idle`, the errors (their part files
-        removed, so that the run's ``--resume`` makes them again)."""
+    def clients(self) -> set[str]:
+        """The Dask clients whose runs have models in the pool."""
         with self._lock:
-            self._gone |= {key[3] for key in self._models if key[3] is not None} - clients
+            return {key[3] for key in self._models if key[3] is not None}
+
+    def finish_orphans(self, gone: set[str]) -> list[ModelError]:
+        """Finish the models of the runs of Dask clients ``gone`` (a client killed, or stopped
+        before its run's end, leaves its models to the pool): the idle ones now, those a task
+        still uses (the scheduler does not stop a running task) when it ends.  As
+        :meth:`finish_idle`, the errors (their part files removed, so that the run's
+        ``--resume`` makes them again)."""
+        with self._lock:
+            self._gone |= gone
             keys = [key for key in self._models if key[3] in self._gone and key not in self._busy]
         return self._finish(keys)
 
@@ -275,10 +280,16 @@ def finish_models(spec: PredictorSpec, client: str | None = None,
     return _pool_of(dask_worker).finish_idle(spec, client)
 
 
-def finish_orphaned_models(clients: list[str], dask_worker: Any = None) -> list[ModelError]:
-    """Run on every worker as a run starts: finish the models of runs whose Dask client is
-    not among ``clients`` (the scheduler's clients; :meth:`ModelPool.finish_orphans`)."""
-    return _pool_of(dask_worker).finish_orphans(set(clients))
+def model_clients(dask_worker: Any = None) -> list[str]:
+    """Run on every worker as a run starts: the Dask clients whose runs have models in the
+    worker's pool (:meth:`ModelPool.clients`)."""
+    return sorted(_pool_of(dask_worker).clients())
+
+
+def finish_orphaned_models(gone: list[str], dask_worker: Any = None) -> list[ModelError]:
+    """Run on every worker as a run starts: finish the models of the runs of the Dask
+    clients ``gone``, which the scheduler no longer has (:meth:`ModelPool.finish_orphans`)."""
+    return _pool_of(dask_worker).finish_orphans(set(gone))
 
 
 def _pool_of(dask_worker: Any) -> ModelPool:

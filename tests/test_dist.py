@@ -262,6 +262,27 @@ def test_the_models_of_a_killed_client_are_finished_when_the_next_run_starts(tmp
     assert not models_of(marker)
 
 
+def test_a_run_starting_while_orphans_are_looked_for_is_never_taken_for_gone():
+    """The workers' clients are asked for before the scheduler's (QA: a client that
+    connected between the scheduler's answer and the workers' was taken for gone, and its
+    model finished after each of its tasks)."""
+    from lmc_dist import job, worker
+    calls = []
+
+    class Recording:
+        def run(self, function, *args, on_error="raise"):
+            calls.append((function.__name__, args))
+            return {"w1": ["killed", "going-on"], "w2": ["starting"]} \
+                if function is worker.model_clients else {"w1": [], "w2": []}
+
+        def run_on_scheduler(self, function):
+            calls.append(("scheduler", ()))
+            return ["going-on", "starting", "new"]
+
+    job.finish_orphans(Recording())
+    assert calls == [("model_clients", ()), ("scheduler", ()), ("finish_orphaned_models", (["killed"],))]
+
+
 def test_worker_killed_mid_run(tmp_path, commits):
     expected = lmc_run(["wc", "-p"], commits)
     run_dir = tmp_path / "run"
