@@ -99,6 +99,11 @@ TOP_MEMO = 1 << 13
 """(history, prefix) pairs whose predictions an :class:`NgramModel` remembers until its cache
 changes, the most recently used (about 20 MB with 20 predictions each): of ``wc``'s prediction
 queries on 1,000 KJV lines, 37% repeat a pair."""
+LONG_STRETCH = 64
+"""Code points after a context's last whitespace (or from its start, where it has none) that
+:class:`NgramModel` tokenizes from there at each query; a longer stretch (a line of emoji
+written without spaces, or of CJK words and punctuation) is tokenized from the line's anchor,
+so that the line costs linear, not quadratic, time."""
 TOP_MEMO_PREFIX = 16
 """Longest prefix (code points) whose predictions are remembered: a long word typed one
 character at a time would otherwise keep every one of its prefixes."""
@@ -842,11 +847,12 @@ class NgramModel(Model):
         # The words before the last whitespace do not change while a word is typed: the
         # history they give is kept for the next context with the same start.
         space = _LAST_WHITESPACE.search(context)
-        if space and space_may_be_in_token(context, space.start()):      # "... 👍 🏽"
+        cut = space.end() if space else 0
+        if space and space_may_be_in_token(context, space.start()) \
+                or len(context) - cut > LONG_STRETCH:     # "... 👍 🏽"; "😂😂😂..."
             history, matches = self._anchored_matches(context, need)
             prefix = matches.pop().group() if matches and matches[-1].end() == len(context) else ""
             return _last([*history, *(m.group() for m in matches)], need), prefix
-        cut = space.end() if space else 0
         head = context[:cut]
         if self._head is None or self._head[0] != head:
             self._head = (head, self._head_history(head, need))
