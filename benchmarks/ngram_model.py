@@ -4,12 +4,13 @@ recorded requests (run alternately, so both see the same load; answers compared 
     lmc-ngram train data/kjv/train.txt.gz -o /tmp/kjv.lm
     git worktree add /tmp/old REV
     python benchmarks/ngram_model.py --old-tree /tmp/old --model /tmp/kjv.lm [--lines 5000]
-        [--games we,wc] [--repeat 5] [--corpus FILE | --emoji-line N]
+        [--games we,wc] [--repeat 5] [--corpus FILE | --emoji-line N [--joined]]
 
 The requests are those `lmc run MODEL GAME` sends for the first ``--lines`` lines of
 ``--corpus`` (default ``data/kjv/test.txt``), or for one line of ``N`` family emoji spelled
 with spaces as LM Challenge 5.x spells them (``--emoji-line``: every space of it may be
-inside an emoji, the tokenizer's worst case), recorded once through `tee` (a game's requests
+inside an emoji, the tokenizer's worst case; with ``--joined``, written without spaces: a
+line with no whitespace at all), recorded once through `tee` (a game's requests
 do not depend on the answers).  Each replay is `python -m lmchallenge.cli.ngram serve MODEL < requests`, its CPU
 (user + system, from the process's rusage: model load included) divided by the requests.
 Prints the median microseconds per request of each tree and the ratio new/old.
@@ -79,6 +80,8 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, default=REPO / "data" / "kjv" / "test.txt")
     parser.add_argument("--emoji-line", type=int, metavar="N",
                         help="one line of N family emoji spelled with spaces instead")
+    parser.add_argument("--joined", action="store_true",
+                        help="--emoji-line without spaces (no whitespace in the line)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="lmc-ngram-model-") as tmp:
         compare(args, Path(tmp))
@@ -89,8 +92,12 @@ def compare(args: argparse.Namespace, tmp: Path) -> None:
     corpus = tmp / "corpus.txt"
     if args.emoji_line:
         family = "\U0001F468 \u200d \U0001F469 \u200d \U0001F467"
-        corpus.write_text(" ".join([family] * args.emoji_line) + "\n", encoding="utf-8")
-        what = f"one line of {args.emoji_line} family emoji spelled with spaces"
+        if args.joined:
+            line, spelled = family.replace(" ", "") * args.emoji_line, "written without spaces"
+        else:
+            line, spelled = " ".join([family] * args.emoji_line), "spelled with spaces"
+        corpus.write_text(line + "\n", encoding="utf-8")
+        what = f"one line of {args.emoji_line} family emoji {spelled}"
     else:
         with open(args.corpus, "rb") as f:
             corpus.write_bytes(b"".join(f.readline() for _ in range(args.lines)))
