@@ -242,35 +242,38 @@ def cluster_name(job: DistJob) -> str:
 
 def register_model_pool(client: Client, job: DistJob) -> None:
     """Register :class:`lmc_dist.worker.ModelPool` on every worker, now and later, unless
-    the cluster has it (another run's, going on: :attr:`ModelPool.idempotent`), and finish
-    the models that runs whose client has gone left in it (:func:`finish_orphans`).  A
-    worker that dies meanwhile (its nanny starts another, which gets the plugin from the
-    scheduler) fails the broadcast: the registration is tried once more when the workers are
-    back.
+    the cluster has it (another run's, going on: :attr:`ModelPool.idempotent`), and, on a
+    ``--scheduler``'s cluster, finish the models that runs whose client has gone left in it
+    (:func:`finish_orphans`).
 
     Raises:
-        LmcError: it failed twice (the cluster is not usable).
+        LmcError: a worker cannot take the pool (one without this package), or workers were
+            lost as the run started.
     """
     _register_model_pool(client, job)
-    if job.scheduler:       # an embedded cluster is the run's own
-        finish_orphans(client)
+    if job.scheduler:       # an embedded cluster is the run's own, its workers this package's
+        finish_orphans(client, job)
 
 
-def finish_orphans(client: Client) -> None:
+def finish_orphans(client: Client, job: DistJob) -> None:
     """Finish, on every worker, the models of runs whose Dask client the scheduler no longer
     has (:func:`lmc_dist.worker.finish_orphaned_models`: the idle ones now, those a task
-    still uses when it ends); their errors are no run's to report (the part files such a
-    model answered are removed: their run's ``--resume`` makes them again).  The workers'
-    clients are asked for before the scheduler's, so that a run starting meanwhile is never
-    taken for gone.  Skipped, said with ``-v``, where the scheduler cannot be asked (one that
-    does not run pickled functions)."""
+    still uses when it ends, on a thread of the worker); their errors are no run's to report
+    (the part files such a model answered are removed: their run's ``--resume`` makes them
+    again).  The workers' clients (:func:`held_models`) are asked for before the
+    scheduler's, so that a run starting meanwhile is never taken for gone.  Skipped, said
+    with ``-v``, where the scheduler cannot be asked (one that does not run pickled
+    functions).
+
+    Raises:
+        LmcError: a worker cannot run this package's functions.
+    """
+    held = held_models(client, job)
+    if not held:
+        return
     try:
-        held = client.run(model_clients, on_error="return")
-        held_ids = {c for ids in held.values() if isinstance(ids, list) for c in ids}
-        if not held_ids:
-            return
         live = client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.clients))
-        gone = held_ids - set(live)
+        gone = held - set(live)
         if gone:
             client.run(finish_orphaned_models, sorted(gone), on_error="return")
     except Exception as e:  # noqa: BLE001 - a clean-up: the run goes on without it
@@ -278,7 +281,34 @@ def finish_orphans(client: Client) -> None:
                  first_line(e))
 
 
+def held_models(client: Client, job: DistJob) -> set[str]:
+    """The Dask clients whose runs have models on the workers
+    (:func:`lmc_dist.worker.model_clients`); none if a worker is lost meanwhile.  It checks
+    too that every worker can run this package's functions: a cluster that has the pool
+    already is not sent it again, so a worker without the package is found here.
+
+    Raises:
+        LmcError: a worker cannot (:func:`_cannot_set_up`).
+    """
+    try:
+        held = client.run(model_clients, on_error="return")
+    except OSError:     # a worker went away: its models with it
+        return set()
+    for answer in held.values():
+        if isinstance(answer, BaseException):
+            raise _cannot_set_up(job, answer)
+    return {c for ids in held.values() for c in ids}
+
+
 def _register_model_pool(client: Client, job: DistJob) -> None:
+    """Register the pool (:func:`register_model_pool`).  A worker that dies meanwhile fails
+    the broadcast; the scheduler keeps the pool and gives it to the worker its nanny starts,
+    so the run waits for the workers to be back (and registers again: a no-op where the
+    scheduler has the pool).
+
+    Raises:
+        LmcError: workers are lost, or one cannot take the pool.
+    """
     try:
         client.register_plugin(ModelPool(), name=PLUGIN_NAME)
         return

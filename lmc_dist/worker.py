@@ -127,21 +127,28 @@ class ModelPool(WorkerPlugin):
         with self._lock:
             return {key[3] for key in self._models if key[3] is not None}
 
-    def finish_orphans(self, gone: set[str]) -> list[ModelError]:
+    def finish_orphans(self, gone: set[str]) -> None:
         """Finish the models of the runs of Dask clients ``gone`` (a client killed, or stopped
-        before its run's end, leaves its models to the pool): the idle ones now, those a task
-        still uses (the scheduler does not stop a running task) when it ends.  As
-        :meth:`finish_idle`, the errors (their part files removed, so that the run's
-        ``--resume`` makes them again)."""
+        before its run's end, leaves its models to the pool): the idle ones on a thread of
+        their own (finishing a model may wait for its timeout; this runs on the worker's
+        event loop), those a task still uses (the scheduler does not stop a running task)
+        when it ends; a task of such a client that starts later takes the client for alive
+        again (it was only cut off a while).  As with :meth:`finish_idle`, the part files of
+        those found out of step are removed, so that the run's ``--resume`` makes them
+        again; their errors are no run's to report."""
         with self._lock:
             self._gone |= gone
             keys = [key for key in self._models if key[3] in self._gone and key not in self._busy]
-        return self._finish(keys)
+        if keys:
+            threading.Thread(target=self._finish, args=(keys,), daemon=True,
+                             name="lmc-finish-orphans").start()
 
     def _finish(self, keys: list[ModelKey]) -> list[ModelError]:
         found = []
         for key in keys:
             with self._lock:
+                if key in self._busy:       # taken by a task since: its run goes on
+                    continue
                 model = self._models.pop(key, None)
                 served = self._served.pop(key, [])
             if model is None:
@@ -166,14 +173,17 @@ class ModelPool(WorkerPlugin):
         has gone (:meth:`finish_orphans`) is finished when the task ends.
         """
         key = (threading.get_ident(), _spec_key(spec), game, client)
-        model = self._models.get(key)
+        with self._lock:
+            self._gone.discard(client)
+            model = self._models.get(key)
+            if model is not None:
+                self._busy.add(key)
         if model is None:
             model = spec.create(game=game)
             with self._lock:
                 self._models[key] = model
                 self._served[key] = []
-        with self._lock:
-            self._busy.add(key)
+                self._busy.add(key)
         try:
             yield model, self._served[key].append
         except ModelError as e:
@@ -286,10 +296,10 @@ def model_clients(dask_worker: Any = None) -> list[str]:
     return sorted(_pool_of(dask_worker).clients())
 
 
-def finish_orphaned_models(gone: list[str], dask_worker: Any = None) -> list[ModelError]:
+def finish_orphaned_models(gone: list[str], dask_worker: Any = None) -> None:
     """Run on every worker as a run starts: finish the models of the runs of the Dask
     clients ``gone``, which the scheduler no longer has (:meth:`ModelPool.finish_orphans`)."""
-    return _pool_of(dask_worker).finish_orphans(set(gone))
+    _pool_of(dask_worker).finish_orphans(set(gone))
 
 
 def _pool_of(dask_worker: Any) -> ModelPool:

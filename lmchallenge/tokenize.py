@@ -207,8 +207,9 @@ def space_may_be_in_token(text: str, i: int) -> bool:
 def longest_emoji() -> int:
     """Code points of the longest emoji of :func:`emoji_sequences`, spaces included: trying a
     token at a position reads no further than this beyond it, except a run of rule 2 or 3,
-    which reads up to the first character outside the run.  So the tokens that start at
-    least this far before the end of a text (plus one) are those of every text extending it."""
+    which reads up to the first character outside the run.  So in every text extending a
+    text, tokens start where they start in it up to this many code points (plus one) before
+    its end (the token that starts last there may grow: "aaa" in "aaaa")."""
     return max(map(len, emoji_sequences()))
 
 

@@ -103,7 +103,8 @@ LONG_STRETCH = 64
 """Code points after a context's last whitespace (or from its start, where it has none) that
 :class:`NgramModel` tokenizes from there at each query; a longer stretch (a line of emoji
 written without spaces, or of CJK words and punctuation) is tokenized from the line's anchor,
-so that the line costs linear, not quadratic, time."""
+so that a line of many tokens costs linear, not quadratic, time (a single long token is still
+tokenized from its start at each query: a run of flags, of post-4.0 emoji, of CJK letters)."""
 TOP_MEMO_PREFIX = 16
 """Longest prefix (code points) whose predictions are remembered: a long word typed one
 character at a time would otherwise keep every one of its prefixes."""
@@ -723,13 +724,14 @@ def _last(units: list[str], need: int) -> list[str]:
     return units[max(0, len(units) - need):]
 
 
-def tail_matches(context: str, tokenizer: regex.Pattern, need: int,
+def tail_matches(context: str, tokenizer: Any, need: int,
                  floor: int = 0) -> tuple[list[Any], bool] | None:
     """The matches of the last word tokens of ``context``, tokenizing only its end.
 
     Tokenizing from a whitespace character that no token holds
     (:func:`~lmchallenge.tokenize.space_may_be_in_token`) gives the same tokens as
-    tokenizing the whole context.
+    tokenizing the whole context.  ``tokenizer`` is used like a compiled ``regex`` pattern
+    (``finditer(string, pos)``: the word tokenizer).
 
     Returns:
         ``(matches, whole)``: at least ``need`` matches before one that ends at the end of
@@ -893,8 +895,8 @@ class NgramModel(Model):
 
         They are tokenized from a whitespace no token holds near the end
         (:func:`tail_matches`), or, where there is none after it, from the anchor an earlier
-        text of the line left, if ``text`` extends it; the last match that starts
-        :func:`~lmchallenge.tokenize.longest_emoji` before the end, or further, is the next
+        text of the line left, if ``text`` extends it; the last match that starts more than
+        :func:`~lmchallenge.tokenize.longest_emoji` code points before the end is the next
         anchor.  So a line made of such emoji ("👨 ‍ 👩 ‍ 👧 👨 ‍ 👩 ...", where every space may
         be inside one) is tokenized in time linear in its length, not once from its start
         per query, and a long context after a short one of the same line is not tokenized
