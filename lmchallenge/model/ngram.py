@@ -719,9 +719,14 @@ class UnigramCache:
 
 # The model ---------------------------------------------------------------------------------
 
-def _last(units: list[str], need: int) -> list[str]:
+def _last(units: Sequence[str], need: int) -> Sequence[str]:
     """The last ``need`` of ``units``."""
     return units[max(0, len(units) - need):]
+
+
+def _reaches(matches: list[Any], end: int) -> bool:
+    """Whether the last of ``matches`` ends at ``end`` (the prefix of a word being typed)."""
+    return bool(matches) and matches[-1].end() == end
 
 
 def tail_matches(context: str, tokenizer: Any, need: int,
@@ -750,7 +755,7 @@ def tail_matches(context: str, tokenizer: Any, need: int,
             span *= 4       # inside an emoji spelled with spaces: start further back
             continue
         matches = list(tokenizer.finditer(context, start))
-        complete = len(matches) - (1 if matches and matches[-1].end() == len(context) else 0)
+        complete = len(matches) - _reaches(matches, len(context))
         if start == 0 or complete >= need:
             return matches, start == 0
         span *= 4
@@ -844,7 +849,7 @@ class NgramModel(Model):
         """The history units (begin of line as ``""``) and the typed prefix."""
         need = self.tables.order - 1
         if self._tokenizer is None:
-            units = list(context[max(0, len(context) - need):])
+            units = list(_last(context, need))
             return ([""] if len(context) < need else []) + units, ""
         # The words before the last whitespace do not change while a word is typed: the
         # history they give is kept for the next context with the same start.
@@ -853,7 +858,7 @@ class NgramModel(Model):
         if space and space_may_be_in_token(context, space.start()) \
                 or len(context) - cut > LONG_STRETCH:     # "... 👍 🏽"; "😂😂😂..."
             history, matches = self._anchored_matches(context, need)
-            prefix = matches.pop().group() if matches and matches[-1].end() == len(context) else ""
+            prefix = matches.pop().group() if _reaches(matches, len(context)) else ""
             return _last([*history, *(m.group() for m in matches)], need), prefix
         head = context[:cut]
         if self._head is None or self._head[0] != head:
@@ -862,9 +867,7 @@ class NgramModel(Model):
         if cut == len(context):     # after a space (most queries of we): nothing typed yet
             return history, ""
         matches = list(self._tokenizer.finditer(context, cut))
-        prefix = ""
-        if matches and matches[-1].end() == len(context):
-            prefix = matches.pop().group()
+        prefix = matches.pop().group() if _reaches(matches, len(context)) else ""
         if matches:
             history = [*history, *(m.group() for m in matches)]
         return history, prefix
@@ -928,7 +931,7 @@ class NgramModel(Model):
         """Ids of the last ``order - 1`` history units, cut after the last unknown one."""
         tables = self.tables
         ids: list[int] = []
-        for unit in history[max(0, len(history) - (tables.order - 1)):]:
+        for unit in _last(history, tables.order - 1):
             found = BOS if unit == "" else tables.index.get(unit)
             ids = [] if found is None else [*ids, found]
         return ids
