@@ -12,6 +12,7 @@ it is asked, or that fails before it can be finished, loses every partition it a
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -281,13 +282,15 @@ def drop_served(error: ModelError, served: list[str]) -> ModelError:
         f"before {'are' if len(names) > 1 else 'is'} removed, to be made again ({shown})")
 
 
-def finish_models(spec: PredictorSpec, client: str | None = None,
-                  dask_worker: Any = None) -> list[ModelError]:
+async def finish_models(spec: PredictorSpec, client: str | None = None,
+                        dask_worker: Any = None) -> list[ModelError]:
     """Run on every worker at the end of a run (``Client.run``, which passes the worker as
-    ``dask_worker``): finish the worker's idle models of ``spec`` in the run of Dask client
-    ``client`` (:meth:`ModelPool.finish_idle`); the errors of those found out of step (their
-    part files removed)."""
-    return _pool_of(dask_worker).finish_idle(spec, client)
+    ``dask_worker`` and awaits a coroutine on the worker's event loop): finish the worker's
+    idle models of ``spec`` in the run of Dask client ``client`` (:meth:`ModelPool.finish_idle`)
+    on a thread, so that a model that takes its ``--timeout`` to end never stalls the worker
+    (its heartbeats, other runs' tasks on a shared cluster); the errors of those found out of
+    step (their part files removed)."""
+    return await asyncio.to_thread(_pool_of(dask_worker).finish_idle, spec, client)
 
 
 def model_clients(dask_worker: Any = None) -> list[str]:

@@ -286,6 +286,32 @@ def test_a_run_starting_while_orphans_are_looked_for_is_never_taken_for_gone():
     assert calls == [("model_clients", ()), ("scheduler", ()), ("finish_orphaned_models", (["killed"],))]
 
 
+def test_a_run_s_end_finishes_its_models_off_the_worker_s_event_loop():
+    """Finishing a model may take its --timeout (one that does not exit when its input ends):
+    the worker's event loop (heartbeats, other runs' tasks on a shared cluster) goes on
+    meanwhile, and the errors found come back to the run."""
+    import asyncio
+    from lmc_dist import worker
+    release = threading.Event()
+    asked = []
+
+    class Pool:
+        def finish_idle(self, spec, client):
+            asked.append((spec, client))
+            release.wait(10)
+            return ["out of step"]
+
+    async def a_run_s_end():
+        finishing = asyncio.ensure_future(worker.finish_models(
+            "spec", "client-1", dask_worker=SimpleNamespace(plugins={worker.PLUGIN_NAME: Pool()})))
+        await asyncio.sleep(0.2)     # the loop runs other work while the model is finished
+        assert asked == [("spec", "client-1")] and not finishing.done()
+        release.set()
+        return await finishing
+
+    assert asyncio.run(a_run_s_end()) == ["out of step"]
+
+
 @pytest.mark.slow
 def test_worker_killed_mid_run(tmp_path, commits):
     expected = lmc_run(["wc", "-p"], commits)
