@@ -14,7 +14,9 @@ machine that runs the benchmark rather than carry it).
 
 Model: the built-in n-gram model trained on the KJV training text, served by
 ``lmc-ngram serve`` (``--repeat 1``) or by ``benchmarks/repeat_ngram.py --repeat K`` (the same
-answers, K times the model's CPU per query).
+answers, K times the model's CPU per query), or, with ``--in-process``, called in the
+evaluator's process as ``lmchallenge.model.ngram:NgramModel`` (one process per worker, no pipe;
+its CPU is then counted as the evaluator's).
 
 Printed per game and run: wall seconds; CPU-seconds of all processes (the process tree's
 ``RUSAGE_CHILDREN``: client, scheduler, nannies, workers, models) split into the models'
@@ -75,6 +77,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 TIME = shutil.which("time", path="/usr/bin")
+IN_PROCESS = "lmchallenge.model.ngram:NgramModel"
 SCALE_WORKERS = (64, 128, 256, 512, 1024)
 
 
@@ -113,9 +116,10 @@ def children_cpu() -> float:
 
 
 def model_cpu(path: Path) -> float:
-    """Sum of the ``user sys`` lines /usr/bin/time appended for each model process."""
+    """Sum of the ``user sys`` lines /usr/bin/time appended for each model process (0 where
+    none ran: an in-process model; NaN where /usr/bin/time is missing)."""
     if not path.exists():
-        return float("nan")
+        return 0.0 if TIME is not None else float("nan")
     return sum(float(u) + float(s) for u, s in (line.split() for line in path.read_text().split("\n")
                                                  if line.strip()))
 
@@ -175,6 +179,12 @@ def model_command(model_file: Path, repeat: int, cpu_file: Path) -> str:
     if TIME is not None:
         command = f"{TIME} -a -o {shlex.quote(str(cpu_file))} -f '%U %S' {command}"
     return command
+
+
+def in_process_model(model_file: Path) -> list[str]:
+    """The built-in n-gram model as a ``module:Class`` spec and its ``-o`` options: `lmc run`
+    calls it in its own process, `lmc-dist` in each worker's (no model process, no pipe)."""
+    return [IN_PROCESS, "-o", json.dumps({"model": str(model_file)})]
 
 
 # --- corpus -------------------------------------------------------------------------------
@@ -248,7 +258,7 @@ def print_row(r: Row) -> None:
           + (f"  {r.partitions} partitions" if r.partitions else ""), flush=True)
 
 
-def measure_game(game: str, corpus: Path, model: str, cpu_file: Path, work: Path,
+def measure_game(game: str, corpus: Path, model: list[str], cpu_file: Path, work: Path,
                  args: argparse.Namespace) -> tuple[list[Row], dict[int, list[dict]], Measured]:
     """`lmc run`, then `lmc-dist run` on each worker count: rows, each run's partitions
     (manifest records) by workers, and the `lmc run` measurement.  With ``--base-lines N``,
@@ -259,7 +269,7 @@ def measure_game(game: str, corpus: Path, model: str, cpu_file: Path, work: Path
     base_corpus = prefix_corpus(corpus, args.base_lines, work) if args.base_lines else corpus
     single_log = work / f"single-{game}.jsonl"
     with open(single_log, "wb") as out:
-        single = run([str(BIN / "lmc"), "run", model, game, str(base_corpus)], cpu_file,
+        single = run([str(BIN / "lmc"), "run", *model, game, str(base_corpus)], cpu_file,
                      stdout=out)
     with open(single_log, "rb") as f:
         base_tokens = sum(1 for _ in f)
@@ -279,13 +289,13 @@ def measure_game(game: str, corpus: Path, model: str, cpu_file: Path, work: Path
         parallel = None
         if args.parallel_runs and workers > 1:
             chunks = split_corpus(corpus, workers, work)
-            parallel = run_parallel([[str(BIN / "lmc"), "run", model, game, str(chunk)]
+            parallel = run_parallel([[str(BIN / "lmc"), "run", *model, game, str(chunk)]
                                      for chunk in chunks], cpu_file)
             for chunk in chunks:
                 chunk.unlink()
         run_dir = work / f"run-{game}-{workers}"
         shutil.rmtree(run_dir, ignore_errors=True)
-        argv = [str(BIN / "lmc-dist"), "run", model, game, "--input", str(corpus),
+        argv = [str(BIN / "lmc-dist"), "run", model[0], game, *model[1:], "--input", str(corpus),
                 "--run-dir", str(run_dir), "--workers", str(workers), "--part-format", args.format]
         if args.partition_chars:
             argv += ["--partition-chars", str(args.partition_chars)]
@@ -528,6 +538,9 @@ def main() -> None:
                         help="write an N-line corpus to --corpus and stop")
     parser.add_argument("--repeat", type=int, default=1,
                         help="predictions computed per query (1: lmc-ngram serve)")
+    parser.add_argument("--in-process", action="store_true",
+                        help=f"the model as {IN_PROCESS} in the evaluator's process "
+                             "(not with --repeat)")
     parser.add_argument("--partition-chars", type=int, default=None,
                         help="pass --partition-chars (default: lmc-dist's choice for the cluster)")
     parser.add_argument("--format", default="parquet", choices=["jsonl", "parquet"])
@@ -547,6 +560,8 @@ def main() -> None:
     parser.add_argument("--wheels", type=Path, default=None, metavar="DIR",
                         help="install DIR/*.whl and this repository first (device machine)")
     args = parser.parse_args()
+    if args.in_process and args.repeat != 1:
+        parser.error("--in-process runs the built-in model itself: not with --repeat")
     if args.check and args.base_lines:
         parser.error("--check compares whole logs: it cannot go with --base-lines")
     if args.wheels is not None:
@@ -573,7 +588,8 @@ def main() -> None:
         subprocess.run([str(BIN / "lmc-ngram"), "train", str(REPO / "data/kjv/train.txt.gz"),
                         "-o", str(model_file)], check=True)
         cpu_file = work / "model-cpu.txt"
-        model = model_command(model_file, args.repeat, cpu_file)
+        model = (in_process_model(model_file) if args.in_process
+                 else [model_command(model_file, args.repeat, cpu_file)])
         all_rows: list[Row] = []
         for game in args.games.split(","):
             lines = args.lines if game != "wc" else (args.wc_lines or max(1, args.lines // 5))

@@ -149,6 +149,30 @@ def test_embedded_cluster_matches_lmc_run(tmp_path, commits, partition_chars, ou
     assert "tokens/s" in result.stderr.decode()
 
 
+@pytest.mark.parametrize("args", [["we", "--train"], ["wc"]])
+def test_the_built_in_model_in_the_workers_processes_writes_lmc_run_s_log(tmp_path, two_workers,
+                                                                          args):
+    """The built-in n-gram as ``module:Class`` (README: one process per worker, no pipe) gives
+    the log `lmc run` writes with it served over the protocol (its answers, its training)."""
+    commits = tmp_path / "commits.jsonl"    # every 8th row: 79 users
+    with open(DATA / "commits" / "rails.test.sample.jsonl", "rb") as f:
+        commits.write_bytes(b"".join(f.readlines()[::8]))
+    model = tmp_path / "kjv.lm"
+    subprocess.run([str(BIN / "lmc-ngram"), "train", str(DATA / "kjv" / "test.sample.txt"),
+                    "-o", str(model)], check=True, capture_output=True, timeout=120)
+    game, *flags = args
+    expected = subprocess.run([str(BIN / "lmc"), "run", *flags, f"{BIN / 'lmc-ngram'} serve {model}",
+                               game, str(commits)], capture_output=True, check=True, timeout=300).stdout
+    lmc_dist(["run", "lmchallenge.model.ngram:NgramModel", game, *flags, "-o",
+              json.dumps({"model": str(model)}), "--input", str(commits), "--run-dir",
+              str(tmp_path / "run"), "--scheduler", two_workers.address, "--partition-chars", "2000",
+              "--output", str(tmp_path / "all.jsonl")])
+    manifest = json.loads((tmp_path / "run" / "_manifest.json").read_text())
+    assert len(manifest["partitions"]) > 2
+    assert (tmp_path / "all.jsonl").read_bytes() == expected
+    assert len(expected.splitlines()) > 1000
+
+
 @pytest.mark.parametrize("workers, partition_chars, args", [
     (1, 3000, ["wc"]),
     (2, 3000, ["we", "--train"]),

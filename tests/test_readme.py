@@ -139,6 +139,9 @@ def test_readme_commands_run(tmp_path):
             assert path.exists() and (path.is_dir() or path.stat().st_size > 0), f"{line}: {target}"
     runs = tmp_path / "runs"
     assert (runs / "kjv-wc" / "_stats.json").exists() and (runs / "rails-we" / "_stats.json").exists()
+    # the built-in model in the workers' processes: the statistics of the same run over the pipe
+    assert (runs / "rails-we-in-process" / "_stats.json").read_text() == \
+        (runs / "rails-we" / "_stats.json").read_text()
     assert "<html" in (runs / "kjv.wr.html").read_text()[:200].lower()
     header = (runs / "kjv.stats.csv").read_text().splitlines()[0].split(",")
     assert "prediction.mrr" in header and "entropy.mean" in header
