@@ -255,15 +255,21 @@ def test_runs_sharing_a_scheduler_never_stop_each_other_s_models(tmp_path, commi
     """A run's start registered the workers' model pool anew, which stopped the models of
     a run going on: its partitions failed, the model "killed by signal 9"."""
     expected = lmc_run(["wc"], commits)
-    first_dir = tmp_path / "first"
-    first = subprocess.Popen([str(BIN / "lmc-dist"), "run", toy_model_command("--delay", "0.0005"),
+    first_dir, gate = tmp_path / "first", tmp_path / "gate"
+    gate.touch()        # a model of the first run stops mid-partition until the second is over
+    first = subprocess.Popen([str(BIN / "lmc-dist"), "run",
+                              toy_model_command("--pause-while-exists", str(gate), "--after", "2000"),
                               "wc", "--input", str(commits), "--run-dir", str(first_dir),
                               "--scheduler", two_workers.address, "--partition-chars", "1500",
                               "--retries", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    wait_for_done(first_dir, 1, first)
+    deadline = time.monotonic() + 120
+    while not Path(f"{gate}.paused").exists():
+        assert first.poll() is None and time.monotonic() < deadline, first.stderr.read().decode()
+        time.sleep(0.05)
     lmc_dist(["run", toy_model_command(), "we", "--input", str(first_lines(commits, 30, tmp_path / "c.jsonl")),
               "--run-dir", str(tmp_path / "second"), "--scheduler", two_workers.address])
     assert first.poll() is None         # the second run was over while the first went on
+    gate.unlink()
     out, err = first.communicate(timeout=300)
     assert first.returncode == 0, err.decode()
     assert b"signal" not in err

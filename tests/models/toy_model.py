@@ -21,6 +21,9 @@ seconds after the answer).
 starts.
 --stderr-bytes B writes B bytes of lines to stderr before each answer (any mode), and
 --tally FILE the number of bytes it wrote to stderr to FILE when its input ends.
+--pause-while-exists F: at its (--after N)th predict, before answering, wait while F exists
+(any mode), if it is the first model process to get there: the one that creates F + ".paused"
+(a test then knows one model is mid-partition, and the others go on).
 """
 
 import argparse
@@ -29,6 +32,20 @@ import sys
 
 WORDS = ["the", "and", "of", "to", "that", "in", "he", "shall", "unto", "for", "i", "his",
          "a", "lord", "they", "be", "is", "him", "not", "them"]
+
+
+def pause(gate: str) -> None:
+    """Wait while ``gate`` exists if this is the first process to get here (the one that
+    creates ``gate + ".paused"``)."""
+    import time
+    if not os.path.exists(gate):
+        return
+    try:
+        os.close(os.open(gate + ".paused", os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        return
+    while os.path.exists(gate):
+        time.sleep(0.01)
 
 
 def main() -> None:
@@ -47,6 +64,7 @@ def main() -> None:
     parser.add_argument("--tally", default=None)
     parser.add_argument("--at-exit", default=None)
     parser.add_argument("--exit-code", type=int, default=0)
+    parser.add_argument("--pause-while-exists", default=None)
     parser.add_argument("--misbehave-if-exists", default=None,
                         help="--mode, --at-exit and --exit-code only if this file exists when "
                              "it starts")
@@ -70,6 +88,8 @@ def main() -> None:
         if command != "predict":
             sys.stderr.write(f"unknown command {command!r}\n")
             continue
+        if args.pause_while_exists and answered == args.after:
+            pause(args.pause_while_exists)
         if answered >= args.after:
             if args.mode == "exit":
                 sys.stderr.write("toy model: giving up\n")
