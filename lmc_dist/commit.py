@@ -31,6 +31,7 @@ from lmchallenge.logs.files import atomic_path
 from lmchallenge.logs.rundir import LEGACY_UNFINISHED, LOCK, MANIFEST, STATS, TEMPORARY, UNFINISHED
 
 from lmc_dist import manifest as mf
+from lmc_dist.partition import INPUT_COPY
 
 _LEFTOVER = re.compile(
     r"\.(part-\d{5}\.(parquet|jsonl\.gz)|_manifest\.json|_stats\.json|\.out-\d{5}\.(parquet|jsonl|jsonl\.gz))"
@@ -45,10 +46,6 @@ UNFINISHED_NOTE = (
     "This file is removed when the run commits; until then reading this directory as Parquet\n"
     "(pandas, Dask, a glob of *.parquet) fails here rather than read a part of the run as if\n"
     "it were all of it.\n")
-
-
-INPUT_COPY = "_input.plain"
-"""The decompressed copy of a ``.gz`` corpus (:func:`lmc_dist.partition.scan`)."""
 
 
 class RunDirBusy(LmcError):
@@ -192,9 +189,10 @@ def remove_leftovers(run_dir: str) -> None:
 
 def commit(run_dir: str, manifest: dict[str, Any], stats: dict[str, Any]) -> None:
     """Make the finished run a log: ``_stats.json``, the parts moved to the top level, the
-    manifest's ``finished`` set (the commit point), then the empty ``_temporary/`` and last
-    the marker removed (a run killed in between is refused by Parquet readers until
-    ``--resume`` tidies it).
+    manifest's ``finished`` set (the commit point), then the decompressed copy of a ``.gz``
+    corpus (:data:`~lmc_dist.partition.INPUT_COPY`), the empty ``_temporary/`` and last the
+    marker removed (a run killed in between is refused by Parquet readers until ``--resume``
+    tidies it).
 
     Args:
         run_dir: the run dir (locked by this process).
@@ -214,6 +212,8 @@ def commit(run_dir: str, manifest: dict[str, Any], stats: dict[str, Any]) -> Non
     manifest["finished"] = manifest.get("finished") or mf.now()   # a resumed finished run keeps its time
     mf.save(run_dir, manifest)
     remove_leftovers(run_dir)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(run_dir, INPUT_COPY))    # the workers' copy: the corpus' size
     with contextlib.suppress(FileNotFoundError, OSError):
         os.rmdir(temporary_dir(run_dir))      # only if empty: never a file we did not write
     for note in (UNFINISHED, LEGACY_UNFINISHED):   # last: until it goes, Parquet readers refuse

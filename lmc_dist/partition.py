@@ -46,6 +46,12 @@ from lmchallenge.logs.parquet import a_kind, mixed_users_message, user_kind, wid
 from lmc_dist.sizing import SAMPLE_BYTES, ForCluster, PartitionSize, QueryCost
 
 
+INPUT_COPY = "_input.plain"
+"""The decompressed copy of a ``.gz`` corpus in the run dir (:func:`scan`), which the workers
+read by byte ranges ("_": not data to pyarrow); removed when the run commits
+(:func:`lmc_dist.commit.commit`; a ``--resume`` makes it again)."""
+
+
 @dataclass(frozen=True)
 class Partition:
     """A contiguous range of corpus lines evaluated by one task.
@@ -281,7 +287,7 @@ def scan(path: str, fmt: str, size: int | PartitionSize | ForCluster, train: boo
         raise InputError(path, None, "no such file") from None
     plain = path
     if path.endswith(".gz") or path.endswith(".gzip"):
-        plain = os.path.join(work_dir, "_input.plain")  # "_": not data to pyarrow
+        plain = os.path.join(work_dir, INPUT_COPY)
         _decompress(path, plain)
     total_bytes = _size_of(plain)
     per_byte = None

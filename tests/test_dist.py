@@ -201,6 +201,8 @@ def test_plain_text_gz_is_split_between_messages(tmp_path, two_workers):
     assert len(manifest["partitions"]) > 3
     assert [p["first_message"] for p in manifest["partitions"]][:2] == [0, manifest["partitions"][0]["messages"]]
     assert concatenated(run_dir) == expected
+    # the decompressed copy the workers read is gone with the run's end: no corpus-sized file
+    assert not (run_dir / "_input.plain").exists()
     frame = pd.read_parquet(run_dir)
     assert len(frame) == expected.count(b"\n")
     assert str(frame["message"].dtype) == "int64" and str(frame["logp"].dtype) == "float64"
