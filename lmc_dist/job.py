@@ -353,6 +353,9 @@ def _identity(job: DistJob, scan_result, old: dict[str, Any] | None) -> dict[str
         out_format=job.out_format,
         part_names=[part_name(p.index, job.out_format) for p in scan_result.partitions])
     manifest["partition_size"] = scan_result.size.to_json()
+    # a Python model's options are not in its spec: without them a --resume with other ones
+    # (another model file, another top) made a log of two models that passed for one (QA)
+    manifest["predictor_options"] = dict(job.predictor.options or {})
     manifest["predictor_files"] = named_files(job.predictor.describe(), job.predictor.options)
     manifest["user_type"] = scan_result.users.kind if old is None else old.get("user_type", "string")
     return manifest
@@ -674,7 +677,8 @@ def write_output(run_dir: str, part_files: list[str], output: str, game: str,
     Raises:
         CancelledError, CommClosedError: ``client`` lost its scheduler (:mod:`lmc_dist.connection`).
     """
-    sources = [os.path.join(run_dir, name) for name in part_files]
+    # absolute: the workers converting them run in other working directories
+    sources = [os.path.join(os.path.abspath(run_dir), name) for name in part_files]
     if client is None:
         join_logs(sources, output, game)
         return
