@@ -157,8 +157,10 @@ class ModelPool(WorkerPlugin):
             try:
                 finish_model(model)
             except ModelError as e:
-                if unchecked(e):
+                if isinstance(model, ShellModel) and unchecked(e):  # a pipe's answers only
                     found.append(drop_served(e, served))
+                else:       # a Python model answered each call as it returned: they stand
+                    LOG.warning("%s", e)
             except Exception:  # noqa: BLE001 - closing at the end: nothing else to do
                 pass
         return found
@@ -395,6 +397,21 @@ class PartitionOutcome:
 
 
 def evaluate_partition(task: PartitionTask) -> PartitionOutcome:
+    """Evaluate one partition and write its log atomically (a rerun replaces it):
+    :func:`_evaluate_partition`, whose :class:`ModelError` leaves the worker without the
+    exception it was raised from (Dask pickles an error's cause with it, and a Python
+    model's own exception may not unpickle on the client: its module is on the workers
+    only, or its ``__init__`` takes other arguments; the client printed kilobytes of pickle
+    bytes instead of the one-line error, which names that exception already)."""
+    try:
+        return _evaluate_partition(task)
+    except ModelError as e:
+        error = e
+    error.__cause__ = error.__context__ = None
+    raise error
+
+
+def _evaluate_partition(task: PartitionTask) -> PartitionOutcome:
     """Evaluate one partition and write its log atomically (a rerun replaces it).
 
     If the file is there already, in ``_temporary/`` or, once the run has committed, at the

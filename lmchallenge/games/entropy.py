@@ -22,8 +22,6 @@ LOG = logging.getLogger(__name__)
 
 def target_score(answer: Result, target: str) -> float | None:
     """The score the answer gives ``target``, or ``None`` if it gives none."""
-    if len(answer) > 1:
-        LOG.warning("model returned %d results for a single candidate", len(answer))
     for text, score in answer:
         if text == target:
             return score
@@ -40,6 +38,11 @@ POSITIVE_WARNING = ("%s: the model scored %r %r, above 0: a log-probability is a
                     "nothing (warned once)")
 """Warned once per run when a ``we``/``ce`` score is above 0 (not a log-probability)."""
 
+EXTRA_RESULTS_WARNING = ("%s: the model answered %d results when asked to score %r alone (%r): "
+                         "only its score counts (warned once)")
+"""Warned once per run when an answer holds more than the one candidate asked for (it was
+warned at every token: thousands of lines)."""
+
 POSITIVE_TOLERANCE = 1e-4
 """A score up to this much above 0 is a probability of 1 computed in floating point (float32
 rounding gives ~1e-7), not a mistake."""
@@ -51,11 +54,12 @@ class Entropy:
 
     In ``ce`` an answer of more than one character (a word model's) is warned about once, and
     in both a score above 0 (not a log-probability: a probability, or a score of another
-    kind)."""
+    kind) and an answer with more results than the one candidate asked for."""
 
     characters: bool = False
     _warned: bool = field(default=False, init=False, repr=False, compare=False)
     _warned_positive: bool = field(default=False, init=False, repr=False, compare=False)
+    _warned_extra: bool = field(default=False, init=False, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -70,6 +74,9 @@ class Entropy:
     def payload(self, token: Token, answers: list[Result], state: Any) -> dict[str, Any]:
         if self.characters and not self._warned:
             self._check_characters(token, answers[0])
+        if len(answers[0]) > 1 and not self._warned_extra:
+            LOG.warning(EXTRA_RESULTS_WARNING, self.name, len(answers[0]), token.target, answers[0])
+            self._warned_extra = True
         logp = target_score(answers[0], token.target)
         if logp is not None and logp > POSITIVE_TOLERANCE and not self._warned_positive:
             LOG.warning(POSITIVE_WARNING, self.name, token.target, logp)

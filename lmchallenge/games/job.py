@@ -3,6 +3,7 @@ log."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from lmchallenge.games.spec import GameSpec
 from lmchallenge.logs.files import check_writable
 from lmchallenge.logs.io import write_log
 from lmchallenge.logs.jsonl import write_jsonlines
+from lmchallenge.model.session import InProcessModel
 from lmchallenge.model.shell import ShellModel
 from lmchallenge.model.spec import PredictorSpec, close_model
 from lmchallenge.progress import TokenProgress
@@ -68,11 +70,14 @@ def _checked(path: str, fmt: str, before: FileVersion | None, count: int) -> Ite
 
 
 def finished(log: Iterator[Any], model: Any) -> Iterator[Any]:
-    """``log``, then, for a shell model, :meth:`ShellModel.finish` (it answered no more than
-    it was asked), before whoever consumes the log takes it as complete."""
+    """``log``, then, before whoever consumes the log takes it as complete, for a shell model
+    :meth:`ShellModel.finish` (it answered no more than it was asked, and exited without an
+    error), for a Python model its :meth:`InProcessModel.close` (it closed without one)."""
     yield from log
     if isinstance(model, ShellModel):
         model.finish()
+    elif isinstance(model, InProcessModel):
+        model.close()
 
 
 def execute(job: RunJob) -> int:
@@ -86,21 +91,27 @@ def execute(job: RunJob) -> int:
     check_writable(job.output, (job.corpus, job.game.options.get("vocab")))
     total, messages = validated_messages(job.corpus, job.corpus_format)
     game = job.game.build()
-    progress = TokenProgress(total)
-    model = job.predictor.create(echo_stderr=LOG.isEnabledFor(logging.INFO), game=job.game.name)
-    try:
-        log = finished(progress.tokens_of(run_game(game, model, progress.messages_of(messages),
-                                                   train=job.train)), model)
-        if job.output == "-":
-            n = write_jsonlines(log, sys.stdout)
-        else:
-            n = write_log(log, job.output, game=job.game.name)
-    except BaseException:
-        if isinstance(model, ShellModel):   # interrupted, its answers unread, or failed: it
-            model.kill()                    # must not be waited for (a full pipe blocks it)
-        raise
-    finally:
-        progress.close()
-        close_model(model)
+    stdout = sys.stdout
+    # what a Python model prints goes to stderr: standard output is the log's (QA: a model's
+    # debugging prints made a log on stdout that lmc stats could not read, and the run exit 0)
+    with contextlib.redirect_stdout(sys.stderr if job.predictor.is_python else stdout):
+        progress = TokenProgress(total)
+        model = job.predictor.create(echo_stderr=LOG.isEnabledFor(logging.INFO), game=job.game.name)
+        try:
+            log = finished(progress.tokens_of(run_game(game, model, progress.messages_of(messages),
+                                                       train=job.train)), model)
+            if job.output == "-":
+                n = write_jsonlines(log, stdout)
+            else:
+                n = write_log(log, job.output, game=job.game.name)
+        except BaseException:
+            if isinstance(model, ShellModel):   # interrupted, its answers unread, or failed: it
+                model.kill()                    # must not be waited for (a full pipe blocks it)
+            with contextlib.suppress(Exception):    # the first error is the one to tell
+                close_model(model)
+            raise
+        finally:
+            progress.close()
+        close_model(model)      # a Python model was closed before its log was complete
     LOG.info("wrote %d log lines", n)
     return n

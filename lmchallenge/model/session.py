@@ -89,6 +89,7 @@ class InProcessModel:
         self.name = name or python_name(model)
         self.batch_size = batch_size or getattr(model, "predict_batch_size", None) or 64
         self._warned_duplicates = False
+        self._closed = False
 
     def __getattr__(self, attribute: str) -> Any:
         if attribute == "model":  # not set yet (unpickling): no recursion
@@ -97,13 +98,28 @@ class InProcessModel:
 
     def close(self) -> None:
         """Leave the model's ``context`` (``__exit__`` of the object whose ``__enter__`` made
-        it), else close the model if it has ``close`` or ``__exit__``."""
-        if self.context is not None:
-            self.context.__exit__(None, None, None)
-        elif hasattr(self.model, "close"):
-            self.model.close()
-        elif hasattr(self.model, "__exit__"):
-            self.model.__exit__(None, None, None)
+        it), else close the model if it has ``close`` or ``__exit__``; once (later calls do
+        nothing).
+
+        Raises:
+            ModelError: that raised (its type and message named; a ModelError of its own as
+                it is).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.context is not None:
+                self.context.__exit__(None, None, None)
+            elif hasattr(self.model, "close"):
+                self.model.close()
+            elif hasattr(self.model, "__exit__"):
+                self.model.__exit__(None, None, None)
+        except LmcError:
+            raise
+        except (Exception, SystemExit) as e:
+            raise ModelError(self.name, f"closing it raised {type(e).__name__}: {e}",
+                             stderr_tail=None) from e
 
     def stream_batches(self, requests: Iterable[Request]) -> Iterator[list[Result]]:
         """Answers to the predicts of ``requests``, in order, in non-empty lists (one per
@@ -144,7 +160,7 @@ class InProcessModel:
             return getattr(self.model, method)(*args)
         except LmcError:
             raise
-        except Exception as e:
+        except (Exception, SystemExit) as e:   # sys.exit in a model (argparse) is its failure
             raise self._error(f"{method} raised {type(e).__name__}: {e}", request) from e
 
     def _answer(self, request: Predict, answer: Iterable[tuple[str, float]]) -> Result:

@@ -32,26 +32,65 @@ def load_python_object(spec: str) -> Callable[..., Any]:
     ``python -m`` does (the current directory is put first on ``sys.path`` if it is not
     there yet).
 
+    A process imports a module once: a long-lived one (a Dask worker of a shared cluster)
+    would go on running a model's old code after its file was edited, and a worker started
+    later the new one, in one run.  So the module's file is stamped (size, modification
+    time) when this first imports it, and a later load finds it changed.
+
     Raises:
         ModelError: the module or attribute cannot be found, or importing the module
-            raised (its type and message are named).
+            raised (its type and message are named), or the module's file changed since
+            this process imported it.
     """
     match = QUALIFIED_NAME.match(spec)
     if match is None:
         raise ModelError(spec, "not a module:Name spec", stderr_tail=None)
     _current_directory_first()
+    obj = module = _imported(spec, match.group(1))
+    _check_unchanged(spec, module)
     try:
-        obj: Any = importlib.import_module(match.group(1))
         for attr in match.group(2).split("."):
             obj = getattr(obj, attr)
+    except AttributeError as e:
+        raise ModelError(spec, f"cannot load: {e}", stderr_tail=None) from None
+    return obj
+
+
+def _imported(spec: str, name: str) -> Any:
+    """The module ``name`` of the model ``spec``, imported; a failure as a ModelError."""
+    try:
+        return importlib.import_module(name)
     except (ImportError, AttributeError) as e:
         missing = [getattr(e, "name", None)] if isinstance(e, ModuleNotFoundError) else []
         hint = f" ({install_hint(missing)})" if missing and missing[0] in NEURAL_NEEDED else ""
         raise ModelError(spec, f"cannot load: {e}{hint}", stderr_tail=None) from None
-    except Exception as e:  # the module's own code failed
-        raise ModelError(spec, f"importing {match.group(1)!r} raised {type(e).__name__}: {e}",
+    except (Exception, SystemExit) as e:  # the module's own code failed
+        raise ModelError(spec, f"importing {name!r} raised {type(e).__name__}: {e}",
                          stderr_tail=None) from e
-    return obj
+
+
+SOURCE_STAMP = "__lmc_source_stamp__"
+"""Attribute of a model's module: its file's size and modification time when first loaded."""
+
+
+def _check_unchanged(spec: str, module: Any) -> None:
+    """Stamp ``module``'s file the first time, else raise ModelError if it changed since."""
+    path = getattr(module, "__file__", None)
+    try:
+        stat = os.stat(path) if path else None
+    except OSError:
+        return
+    if stat is None:
+        return
+    stamp = (stat.st_size, stat.st_mtime_ns)
+    before = getattr(module, SOURCE_STAMP, None)
+    if before is None:
+        setattr(module, SOURCE_STAMP, stamp)
+    elif before != stamp:
+        raise ModelError(spec, f"its module's file {path} changed since this process imported "
+                         "it: it would run the old code (Python imports a module once); "
+                         "restart the Dask workers (or this process) to load the new one",
+                         stderr_tail=None)
 
 
 def _current_directory_first() -> None:
@@ -102,7 +141,7 @@ def started(name: str, factory: Callable[..., Any], options: dict[str, Any]) -> 
         return factory(**options)
     except ModelError:
         raise
-    except Exception as e:
+    except (Exception, SystemExit) as e:
         raise ModelError(name, f"raised {type(e).__name__} while starting: {e}",
                          stderr_tail=None) from e
 
