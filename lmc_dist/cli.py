@@ -108,7 +108,8 @@ def run_options(function):
                      help="JSON options of the model, as for lmc run."),
         click.option("--timeout", type=FiniteFloatRange(0, min_open=True), default=60.0,
                      show_default=True,
-                     help="Seconds a shell model may take to answer."),
+                     help="Seconds a shell model may take to answer (a Python model, "
+                          "called in the worker's process, has no time limit)."),
         window_option,
         click.option("--progress/--no-progress", default=None,
                      help="Progress bar on stderr (default: when stderr is a terminal)."),

@@ -102,8 +102,10 @@ class Manifest(TypedDict):
     user_type: NotRequired[str]
 
 
-IDENTITY_KEYS = ("game", "game_options", "predictor", "corpus_sha256", "corpus_format",
-                 "train", "partition_chars", "format")
+IDENTITY_KEYS = ("game", "game_options", "predictor", "predictor_options", "corpus_sha256",
+                 "corpus_format", "train", "partition_chars", "format")
+LATER_IDENTITY_KEYS = ("predictor_options",)
+"""Identity keys an earlier lmc-dist did not record: a run dir without one resumes."""
 
 
 def versions() -> dict[str, str]:
@@ -155,12 +157,15 @@ def save(run_dir: str, manifest: Manifest) -> None:
 
 
 def check_resumable(old: Manifest, new: Manifest) -> None:
-    """Refuse to resume a run with a different game, model, corpus or partitioning.
+    """Refuse to resume a run with a different game, model (its command, or its class and
+    ``-o`` options), corpus or partitioning.
 
     Raises:
         LmcError: naming the first difference.
     """
     for key in IDENTITY_KEYS:
+        if key in LATER_IDENTITY_KEYS and key not in old:
+            continue
         if old.get(key) != new.get(key):
             raise LmcError(f"cannot resume: {key} differs from the run in this directory "
                            f"({old.get(key)!r} there, {new.get(key)!r} now); use a new --run-dir")

@@ -173,6 +173,51 @@ def test_the_built_in_model_in_the_workers_processes_writes_lmc_run_s_log(tmp_pa
     assert len(expected.splitlines()) > 1000
 
 
+def test_a_resume_with_other_options_of_a_python_model_is_refused(tmp_path):
+    """A Python model's -o options were not part of the run's identity: a --resume with
+    another model file or another top made one log of two models that passed for one (QA)."""
+    model = tmp_path / "kjv.lm"
+    subprocess.run([str(BIN / "lmc-ngram"), "train", str(DATA / "kjv" / "test.sample.txt"),
+                    "-o", str(model)], check=True, capture_output=True, timeout=120)
+    (tmp_path / "c.txt").write_text("in the beginning god created\n")
+    run = ["run", "lmchallenge.model.ngram:NgramModel", "wc", "--input", str(tmp_path / "c.txt"),
+           "--run-dir", str(tmp_path / "run"), "--workers", "1", "-o"]
+    lmc_dist(run + [json.dumps({"model": str(model)})])
+    manifest = json.loads((tmp_path / "run" / "_manifest.json").read_text())
+    assert manifest["predictor_options"] == {"model": str(model)}
+    other = lmc_dist(run + [json.dumps({"model": str(model), "top": 2}), "--resume"], check=False)
+    assert other.returncode == 2
+    assert other.stderr.decode().startswith("lmc-dist: error: cannot resume: predictor_options differs "
+                                            "from the run in this directory")
+    lmc_dist(run + [json.dumps({"model": str(model)}), "--resume"])   # the same: resumed
+
+
+def test_a_run_dir_of_an_lmc_dist_without_predictor_options_resumes():
+    from lmc_dist.manifest import check_resumable
+    old = {"game": "we", "predictor": "m:M", "partitions": []}
+    check_resumable(old, {**old, "predictor_options": {"top": 2}})
+    with pytest.raises(Exception, match="predictor_options differs"):
+        check_resumable({**old, "predictor_options": {}}, {**old, "predictor_options": {"top": 2}})
+
+
+def test_a_python_model_s_exception_that_does_not_unpickle_is_one_line(tmp_path):
+    """Dask sent the model's own exception with the error, and the client could not unpickle
+    it (here its __init__ takes two arguments; or its module is on the workers only): kilobytes
+    of pickle bytes and a traceback instead of the error (QA)."""
+    (tmp_path / "errmodel.py").write_text(
+        "class MyErr(Exception):\n"
+        "    def __init__(self, a, b):\n        super().__init__(f'custom {a} {b}')\n"
+        "class Unpicklable:\n"
+        "    def predict(self, context, candidates):\n        raise MyErr(1, 2)\n")
+    (tmp_path / "c.txt").write_text("in the beginning\n")
+    result = lmc_dist(["run", "errmodel:Unpicklable", "we", "--input", "c.txt", "--run-dir", "run",
+                       "--workers", "1", "--retries", "0"], check=False, cwd=tmp_path)
+    err = result.stderr.decode()
+    assert result.returncode == 2, err
+    assert "Traceback" not in err and "\\x80" not in err and len(err) < 2000, err
+    assert "model 'errmodel:Unpicklable': predict raised MyErr: custom 1 2" in err
+
+
 @pytest.mark.parametrize("workers, partition_chars, args", [
     (1, 3000, ["wc"]),
     (2, 3000, ["we", "--train"]),
@@ -195,8 +240,12 @@ def test_plain_text_gz_is_split_between_messages(tmp_path, two_workers):
         corpus.write_bytes(gzip.compress(b"".join(f.readline() for _ in range(300))))
     expected = lmc_run(["we"], corpus)
     run_dir = tmp_path / "run"
-    lmc_dist(["run", toy_model_command(), "we", "--input", str(corpus), "--run-dir", str(run_dir),
-              "--scheduler", two_workers.address, "--partition-chars", "5000"])
+    # a relative run dir and output (QA: the workers, in another working directory, were given
+    # the parts' relative paths to convert for --output, which failed after the run committed)
+    lmc_dist(["run", toy_model_command(), "we", "--input", str(corpus), "--run-dir", "run",
+              "--scheduler", two_workers.address, "--partition-chars", "5000",
+              "--output", "all.jsonl"], cwd=tmp_path)
+    assert (tmp_path / "all.jsonl").read_bytes() == expected
     manifest = json.loads((run_dir / "_manifest.json").read_text())
     assert len(manifest["partitions"]) > 3
     assert [p["first_message"] for p in manifest["partitions"]][:2] == [0, manifest["partitions"][0]["messages"]]

@@ -10,6 +10,7 @@ import math
 import pickle
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -619,3 +620,77 @@ def test_a_child_the_model_leaves_running_neither_delays_the_run_nor_outlives_it
     result = lmc("run", "--timeout", "3", f"sh {quitter}", "we", stdin=b"the lord\n", timeout=60)
     assert "model 'sh " in failed(result) and "exited (code 0) before answering" in failed(result)
     _wait_gone(int(pid_file.read_text()))
+
+
+# -- Python models that exit, print or fail to close (QA of in-process models) --------------
+
+
+@pytest.mark.parametrize("where, body, shown", [
+    ("predict", "import sys; sys.exit(3)", "predict raised SystemExit: 3"),
+    ("__init__", "raise SystemExit('bad usage')", "raised SystemExit while starting: bad usage"),
+])
+def test_a_python_model_calling_sys_exit_is_its_failure(tmp_path, where, body, shown):
+    """sys.exit in a model (an argparse in it) ended lmc run with its code and not a word."""
+    parameters = "self, context, candidates" if where == "predict" else "self"
+    (tmp_path / "exiter.py").write_text(
+        f"class Exiter:\n    def {where}({parameters}):\n        {body}\n"
+        + ("    def predict(self, context, candidates):\n        return []\n" if where == "__init__" else ""))
+    text = failed(lmc("run", "exiter:Exiter", "we", "--output", str(tmp_path / "log.jsonl"),
+                      stdin=b"a b\n", cwd=tmp_path))
+    assert text.startswith(f"lmc: error: model 'exiter:Exiter': {shown}")
+    assert not (tmp_path / "log.jsonl").exists()
+
+
+def test_a_python_model_failing_to_close_is_one_line_and_no_log(tmp_path):
+    """Closing it is part of the run, as a shell model's exit is: before, the whole log was
+    written, then a traceback and exit 1."""
+    (tmp_path / "closing.py").write_text(
+        "class Closing:\n"
+        "    def predict(self, context, candidates):\n        return [(c, -1.0) for c in candidates]\n"
+        "    def close(self):\n        raise OSError('close failed')\n")
+    text = failed(lmc("run", "closing:Closing", "we", "--output", str(tmp_path / "log.jsonl"),
+                      stdin=b"a b\n", cwd=tmp_path))
+    assert text.startswith("lmc: error: model 'closing:Closing': closing it raised OSError: close failed")
+    assert not (tmp_path / "log.jsonl").exists()
+
+
+def test_what_a_python_model_prints_goes_to_stderr_not_into_the_log(tmp_path):
+    (tmp_path / "printer.py").write_text(
+        "class Printer:\n"
+        "    def __init__(self):\n        print('loading')\n"
+        "    def predict(self, context, candidates):\n"
+        "        print('predicting', context)\n        return [(c, -1.0) for c in candidates]\n")
+    result = lmc("run", "printer:Printer", "we", stdin=b"a b\n", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr.decode()
+    assert [json.loads(line)["target"] for line in result.stdout.splitlines()] == ["a", "b"]
+    assert "loading\npredicting \npredicting a \n" in result.stderr.decode()
+
+
+def test_a_python_model_whose_file_changed_since_it_was_imported_is_refused(tmp_path, monkeypatch):
+    """A Dask worker of a shared cluster imports a model's module once: it went on running the
+    old code after the file was edited, and a worker started later the new one, in one run
+    (QA: one log, two versions of the model, exit 0)."""
+    from lmchallenge.errors import ModelError
+    from lmchallenge.model.spec import load_python_object
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    source = tmp_path / "edited_model_x.py"
+    source.write_text("class M:\n    SCORE = -1.0\n")
+    monkeypatch.delitem(sys.modules, "edited_model_x", raising=False)
+    assert load_python_object("edited_model_x:M").SCORE == -1.0
+    assert load_python_object("edited_model_x:M").SCORE == -1.0     # unchanged: loads again
+    source.write_text("class M:\n    SCORE = -2.0  # edited\n")
+    with pytest.raises(ModelError, match="edited_model_x.py changed since this process imported it"):
+        load_python_object("edited_model_x:M")
+    monkeypatch.delitem(sys.modules, "edited_model_x")
+
+
+def test_an_answer_with_more_than_its_one_candidate_is_warned_once(tmp_path):
+    result = in_process(tmp_path, "extra:Extra", "predict",
+                        "return [(c, -1.0) for c in candidates] + [('zzz', -2.0)]", "we",
+                        stdin=b"in the beginning god\n")
+    assert result.returncode == 0, result.stderr.decode()
+    assert [json.loads(line)["logp"] for line in result.stdout.splitlines()] == [-1.0] * 4
+    warnings = [line for line in result.stderr.decode().splitlines() if "answered 2 results" in line]
+    assert warnings == ["WARNING\twe: the model answered 2 results when asked to score 'in' alone "
+                        "([('in', -1.0), ('zzz', -2.0)]): only its score counts (warned once)"]

@@ -48,7 +48,8 @@ def run_options(function: Callable) -> Callable:
                           " the file appears only when the run completes."),
         click.option("--timeout", default=60.0, show_default=True,
                      type=FiniteFloatRange(0, min_open=True),
-                     help="Seconds a shell model may take to answer before it is killed."),
+                     help="Seconds a shell model may take to answer before it is killed "
+                          "(a Python model, called in this process, has no time limit)."),
         window_option,
     ]
     for option in reversed(options):
