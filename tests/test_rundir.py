@@ -802,6 +802,18 @@ def test_a_resume_counts_only_what_it_made_in_its_rate(tmp_path):
                      rf"worker, 1 partition; {sum(rows) - rows[1]} tokens in {len(rows) - 1} "
                      rf"partitions were done before \(--resume\): {sum(rows)} tokens in all",
                      again.stderr, re.M)
+    # a part file in place that the manifest did not record as done (an interrupted run): it
+    # was done before, with its rows, not made by this invocation (QA: counted in its rate)
+    manifest = json.loads((run_dir / "_manifest.json").read_text())
+    manifest["finished"] = None
+    manifest["partitions"][0] = {k: v for k, v in manifest["partitions"][0].items()
+                                 if k not in ("rows", "bytes")} | {"state": "pending"}
+    (run_dir / "_manifest.json").write_text(json.dumps(manifest))
+    third = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=300)
+    assert third.returncode == 0, third.stderr
+    assert re.search(rf"^lmc-dist: 0 tokens in [0-9.]+ s \(0 tokens/s\) on 1 worker, 0 partitions; "
+                     rf"{sum(rows)} tokens in {len(rows)} partitions were done before ",
+                     third.stderr, re.M), third.stderr
 
 
 @pytest.mark.parametrize("change", [": >", "echo 'L9999 one more line' >>"])
