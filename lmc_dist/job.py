@@ -51,8 +51,9 @@ from lmc_dist.resources import Resources, format_resources, offering, require_of
 from lmc_dist.quiet import (TASK_PREFIX, client_filters, quiet_interruption, sigint_deferred,
                             start_without_sigint)
 from lmc_dist.sizing import ForCluster, PartitionSize, query_cost, recorded_size
-from lmc_dist.worker import (PLUGIN_NAME, ModelPool, PartitionTask, evaluate_partition,
-                             finish_models, finish_orphaned_models, model_clients, part_name)
+from lmc_dist.worker import (EMBEDDED_WORKER, PLUGIN_NAME, ModelPool, PartitionTask,
+                             evaluate_partition, finish_models, finish_orphaned_models,
+                             model_clients, part_name)
 
 LOG = logging.getLogger(__name__)
 STOPPED_EARLY = "stopped_early"
@@ -61,8 +62,9 @@ STOPPED_EARLY = "stopped_early"
 DEFAULT_PARTITION_CHARS = 100_000
 """The size of a partition before sizes were chosen for the cluster (now only a suggestion
 for ``--partition-chars``)."""
-EMBEDDED_CONFIG = DASK_EMBEDDED_CONFIG
-"""Dask settings of the embedded cluster (:data:`lmchallenge.tuning.DASK_EMBEDDED_CONFIG`)."""
+EMBEDDED_CONFIG = {**DASK_EMBEDDED_CONFIG, f"distributed.nanny.pre-spawn-environ.{EMBEDDED_WORKER}": "1"}
+"""Dask settings of the embedded cluster (:data:`lmchallenge.tuning.DASK_EMBEDDED_CONFIG`; its
+workers' processes are told they are its: :data:`lmc_dist.worker.EMBEDDED_WORKER`)."""
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -43,6 +44,10 @@ from lmc_dist.quiet import quiet_worker
 
 LOG = logging.getLogger(__name__)
 PLUGIN_NAME = "lmc-model-pool"
+EMBEDDED_WORKER = "LMC_DIST_EMBEDDED_WORKER"
+"""Environment variable set in the worker processes of ``lmc-dist``'s embedded cluster (by
+their nannies, restarted ones too): their standard output, which is the client's, goes to
+stderr (:meth:`ModelPool.setup`), since the client's is the statistics'."""
 PART_GZIP_LEVEL = 1
 """gzip level of ``.jsonl.gz`` partition files: level 1 compresses a wc log about 3x faster
 than level 6 for files about 1.3x as large (BENCHMARKS.md, "scaling")."""
@@ -96,6 +101,9 @@ class ModelPool(WorkerPlugin):
     def setup(self, worker=None) -> None:
         self.__init__()
         quiet_worker(worker)
+        if os.environ.get(EMBEDDED_WORKER):     # a Python model's prints: not into the stats
+            sys.stdout.flush()
+            os.dup2(2, 1)
 
     def teardown(self, worker=None) -> None:
         self.close_all()

@@ -200,6 +200,20 @@ def test_a_run_dir_of_an_lmc_dist_without_predictor_options_resumes():
         check_resumable({**old, "predictor_options": {}}, {**old, "predictor_options": {"top": 2}})
 
 
+def test_what_a_python_model_prints_on_the_embedded_cluster_is_not_in_the_statistics(tmp_path):
+    """The embedded cluster's workers wrote to the client's standard output: the statistics
+    lmc-dist prints there came mixed with a model's prints (QA)."""
+    (tmp_path / "printer.py").write_text(
+        "class Printer:\n"
+        "    def predict(self, context, candidates):\n"
+        "        print('predicting', context, flush=True)\n        return [(c, -1.0) for c in candidates]\n")
+    (tmp_path / "c.txt").write_text("in the beginning\n")
+    result = lmc_dist(["run", "printer:Printer", "we", "--input", "c.txt", "--run-dir", "run",
+                       "--workers", "1"], cwd=tmp_path)
+    assert json.loads(result.stdout) == json.loads((tmp_path / "run" / "_stats.json").read_text())
+    assert "predicting in the " in result.stderr.decode()
+
+
 def test_a_python_model_s_exception_that_does_not_unpickle_is_one_line(tmp_path):
     """Dask sent the model's own exception with the error, and the client could not unpickle
     it (here its __init__ takes two arguments; or its module is on the workers only): kilobytes
