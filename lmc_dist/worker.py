@@ -102,8 +102,10 @@ class ModelPool(WorkerPlugin):
         self.__init__()
         quiet_worker(worker)
         if os.environ.get(EMBEDDED_WORKER):     # a Python model's prints: not into the stats
-            sys.stdout.flush()
-            os.dup2(2, 1)
+            with contextlib.suppress(AttributeError, OSError):     # a closed stdout or stderr
+                sys.stdout.flush()
+            with contextlib.suppress(OSError):
+                os.dup2(2, 1)
 
     def teardown(self, worker=None) -> None:
         self.close_all()

@@ -687,9 +687,13 @@ def test_the_corpus_is_scanned_while_the_cluster_starts(tmp_path, monkeypatch):
 
 
 def _embedded_settings() -> dict:
+    """The worker's settings of EMBEDDED_CONFIG (those for the nanny's environment as the
+    worker's environment has them)."""
     import dask
     from lmc_dist.job import EMBEDDED_CONFIG
-    return {key: dask.config.get(key) for key in EMBEDDED_CONFIG}
+    environment = "distributed.nanny.pre-spawn-environ."
+    return {key: os.environ.get(key[len(environment):]) if key.startswith(environment)
+            else dask.config.get(key) for key in EMBEDDED_CONFIG}
 
 
 def test_embedded_cluster_workers_run_with_its_quiet_settings():
