@@ -109,7 +109,8 @@ def run_options(function):
         click.option("--timeout", type=FiniteFloatRange(0, min_open=True), default=60.0,
                      show_default=True,
                      help="Seconds a shell model may take to answer (a Python model, "
-                          "called in the worker's process, has no time limit)."),
+                          "called in the worker's process, cannot be stopped: a call that "
+                          "runs longer is warned about)."),
         window_option,
         click.option("--progress/--no-progress", default=None,
                      help="Progress bar on stderr (default: when stderr is a terminal)."),

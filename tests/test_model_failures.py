@@ -694,3 +694,22 @@ def test_an_answer_with_more_than_its_one_candidate_is_warned_once(tmp_path):
     warnings = [line for line in result.stderr.decode().splitlines() if "answered 2 results" in line]
     assert warnings == ["WARNING\twe: the model answered 2 results when asked to score 'in' alone "
                         "([('in', -1.0), ('zzz', -2.0)]): only its score counts (warned once)"]
+
+
+def test_a_python_model_call_running_past_the_timeout_is_warned_about(tmp_path):
+    """A Python model cannot be killed as a shell model is; one that hangs said nothing (QA)."""
+    (tmp_path / "slow.py").write_text(
+        "import time\n"
+        "class Slow:\n"
+        "    def predict(self, context, candidates):\n"
+        "        if context == 'in ':\n            time.sleep(1.5)\n"
+        "        return [(c, -1.0) for c in candidates]\n")
+    result = lmc("run", "slow:Slow", "we", "--timeout", "0.4", stdin=b"in the beginning\n",
+                 cwd=tmp_path)
+    assert result.returncode == 0, result.stderr.decode()
+    assert len(result.stdout.splitlines()) == 3
+    warnings = [line for line in result.stderr.decode().splitlines() if "has been in" in line]
+    assert len(warnings) == 1, result.stderr.decode()
+    assert warnings[0].startswith("WARNING\tmodel 'slow:Slow' has been in predict for ")
+    assert warnings[0].endswith("s (request 'predict\\tin \\tthe'): a Python model has no time limit "
+                                "(--timeout stops a shell model only); Ctrl-C stops the run")

@@ -49,7 +49,8 @@ def run_options(function: Callable) -> Callable:
         click.option("--timeout", default=60.0, show_default=True,
                      type=FiniteFloatRange(0, min_open=True),
                      help="Seconds a shell model may take to answer before it is killed "
-                          "(a Python model, called in this process, has no time limit)."),
+                          "(a Python model, called in this process, cannot be: a call that "
+                          "runs longer is warned about)."),
         window_option,
     ]
     for option in reversed(options):

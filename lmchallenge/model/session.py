@@ -6,6 +6,8 @@ are named)."""
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
@@ -75,6 +77,9 @@ class InProcessModel:
         name: how messages name it (the ``module:Class`` spec; default the type's name).
         batch_size: most predicts per ``predict_batch`` call (``None``: as above).
         context: the object whose ``__enter__`` returned ``model``, left at :meth:`close`.
+        overdue: seconds after which a call still running is warned about, once, naming the
+            request (``None``: never).  A Python model cannot be stopped as a shell model is
+            killed after its ``--timeout``; the warning says which request it is stuck on.
     Raises:
         ModelError: (from :meth:`stream_batches`) the model raised (its type and message
             are named, the exception is chained), ``predict_batch`` returned a wrong number
@@ -83,9 +88,12 @@ class InProcessModel:
     """
 
     def __init__(self, model: Any, name: str | None = None, batch_size: int | None = None,
-                 context: Any = None):
+                 context: Any = None, overdue: float | None = None):
         self.model = model
         self.context = context
+        self.overdue = overdue
+        self._calling: tuple[float, str, Any] | None = None     # (started, method, request)
+        self._watcher: threading.Thread | None = None
         self.name = name or python_name(model)
         self.batch_size = batch_size or getattr(model, "predict_batch_size", None) or 64
         self._warned_duplicates = False
@@ -156,12 +164,36 @@ class InProcessModel:
             self._call(request, method, *args)
 
     def _call(self, request: Request | Sequence[Predict], method: str, *args: Any) -> Any:
+        if self.overdue is not None and self._watcher is None:
+            self._watcher = threading.Thread(target=self._watch, daemon=True,
+                                             name="lmc-overdue-model")
+            self._watcher.start()
+        self._calling = (time.monotonic(), method, request)
         try:
             return getattr(self.model, method)(*args)
         except LmcError:
             raise
         except (Exception, SystemExit) as e:   # sys.exit in a model (argparse) is its failure
             raise self._error(f"{method} raised {type(e).__name__}: {e}", request) from e
+        finally:
+            self._calling = None
+
+    def _watch(self) -> None:
+        """Until the model is closed: warn once about each call running past :attr:`overdue`."""
+        assert self.overdue is not None
+        warned = None
+        while not self._closed:
+            time.sleep(min(1.0, self.overdue / 4))
+            calling = self._calling
+            if calling is None or calling is warned or time.monotonic() - calling[0] < self.overdue:
+                continue
+            warned = calling
+            started, method, request = calling
+            first = request[0] if isinstance(request, Sequence) else request
+            LOG.warning("model %r has been in %s for %.0f s (request %r): a Python model has no "
+                        "time limit (--timeout stops a shell model only); Ctrl-C stops the run",
+                        self.name, method, time.monotonic() - started,
+                        encode_request(first).rstrip("\n")[:ModelError.SHOWN_REQUEST])
 
     def _answer(self, request: Predict, answer: Iterable[tuple[str, float]]) -> Result:
         try:

@@ -154,7 +154,8 @@ class PredictorSpec:
         spec: the shell command or ``module:Class``.
         options: ``-o/--options`` JSON: keyword arguments of a Python model, or
             command-line arguments of a shell model (:func:`shell_command`).
-        timeout: seconds a shell model may take to answer.
+        timeout: seconds a shell model may take to answer (a Python model's call that runs
+            longer is warned about: :class:`~lmchallenge.model.session.InProcessModel`).
         window: predict requests in flight for a shell model.
     """
 
@@ -181,8 +182,8 @@ class PredictorSpec:
             if hasattr(made, "__enter__") and hasattr(made, "__exit__"):   # LM Challenge 5.x
                 # runs a Python model in a `with` block: what __enter__ returns is the model
                 return InProcessModel(started(self.spec, made.__enter__, {}), self.spec,
-                                      context=made)
-            return InProcessModel(made, self.spec)
+                                      context=made, overdue=self.timeout)
+            return InProcessModel(made, self.spec, overdue=self.timeout)
         return ShellModel(self.spec, options, timeout=self.timeout, window=self.window,
                           echo_stderr=echo_stderr, game=game)
 
