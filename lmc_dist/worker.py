@@ -167,9 +167,9 @@ class ModelPool(WorkerPlugin):
             try:
                 finish_model(model)
             except ModelError as e:
-                if isinstance(model, ShellModel) and unchecked(e):  # a pipe's answers only
+                if unchecked(model, e):
                     found.append(drop_served(e, served))
-                else:       # a Python model answered each call as it returned: they stand
+                else:       # its answers stand (a Python model's; a process stopped from outside)
                     LOG.warning("%s", e)
             except Exception:  # noqa: BLE001 - closing at the end: nothing else to do
                 pass
@@ -201,7 +201,7 @@ class ModelPool(WorkerPlugin):
             yield model, self._served[key].append
         except ModelError as e:
             served = self._discard(key)
-            if not isinstance(model, ShellModel) or not unchecked(e):   # a pipe's answers only
+            if not unchecked(model, e):
                 raise
             raise drop_served(e, served) from None
         except BaseException:
@@ -266,12 +266,13 @@ def finish_model(model: Any) -> None:
         close_model(model)
 
 
-def unchecked(error: ModelError) -> bool:
-    """True when the model process that raised ``error`` can no longer be checked for
-    answers out of step: it was found out of step, or it failed (hung, exited, answered
-    garbage) before it could be finished, unless it was stopped from outside (a signal:
-    :attr:`ModelError.stopped`)."""
-    return error.out_of_step or not error.stopped
+def unchecked(model: Any, error: ModelError) -> bool:
+    """True when ``model``, which raised ``error``, is a model process that can no longer be
+    checked for answers out of step: it was found out of step, or it failed (hung, exited,
+    answered garbage) before it could be finished, unless it was stopped from outside (a
+    signal: :attr:`ModelError.stopped`).  Never a Python model: its answers came as its
+    calls returned."""
+    return isinstance(model, ShellModel) and (error.out_of_step or not error.stopped)
 
 
 def drop_served(error: ModelError, served: list[str]) -> ModelError:

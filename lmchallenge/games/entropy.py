@@ -57,9 +57,7 @@ class Entropy:
     kind) and an answer with more results than the one candidate asked for."""
 
     characters: bool = False
-    _warned: bool = field(default=False, init=False, repr=False, compare=False)
-    _warned_positive: bool = field(default=False, init=False, repr=False, compare=False)
-    _warned_extra: bool = field(default=False, init=False, repr=False, compare=False)
+    _warned: set[str] = field(default_factory=set, init=False, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -72,20 +70,21 @@ class Entropy:
             yield token, [Predict(text[:token.character], [token.target])], None
 
     def payload(self, token: Token, answers: list[Result], state: Any) -> dict[str, Any]:
-        if self.characters and not self._warned:
-            self._check_characters(token, answers[0])
-        if len(answers[0]) > 1 and not self._warned_extra:
-            LOG.warning(EXTRA_RESULTS_WARNING, self.name, len(answers[0]), token.target, answers[0])
-            self._warned_extra = True
-        logp = target_score(answers[0], token.target)
-        if logp is not None and logp > POSITIVE_TOLERANCE and not self._warned_positive:
-            LOG.warning(POSITIVE_WARNING, self.name, token.target, logp)
-            self._warned_positive = True
+        answer = answers[0]
+        if self.characters and "characters" not in self._warned:
+            odd = next((text for text, _ in answer if len(text) != 1), None)
+            if odd is not None:
+                self._warn_once("characters", MULTI_CHARACTER_WARNING, odd, token.target)
+        if len(answer) > 1:
+            self._warn_once("extra", EXTRA_RESULTS_WARNING, self.name, len(answer), token.target,
+                            answer)
+        logp = target_score(answer, token.target)
+        if logp is not None and logp > POSITIVE_TOLERANCE:
+            self._warn_once("positive", POSITIVE_WARNING, self.name, token.target, logp)
         return {"logp": logp}
 
-    def _check_characters(self, token: Token, answer: Result) -> None:
-        for text, _ in answer:
-            if len(text) != 1:
-                LOG.warning(MULTI_CHARACTER_WARNING, text, token.target)
-                self._warned = True
-                return
+    def _warn_once(self, kind: str, message: str, *args: Any) -> None:
+        """Log ``message % args`` the first time a warning of ``kind`` comes in this run."""
+        if kind not in self._warned:
+            self._warned.add(kind)
+            LOG.warning(message, *args)
