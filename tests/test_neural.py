@@ -574,6 +574,131 @@ def test_a_model_with_layers_other_than_attention_is_refused(byte_level_tokenize
         CausalLM.from_objects(model, byte_level_tokenizer)
 
 
+def token_bytes(tokenizer, token_id: int) -> bytes | None:
+    """A token's bytes, read independently of lmchallenge.model.neural.vocab (``None``:
+    special)."""
+    if token_id in tokenizer.all_special_ids:
+        return None
+    piece = tokenizer.convert_ids_to_tokens(token_id)
+    if type(tokenizer.backend_tokenizer.decoder).__name__ == "ByteLevel":
+        from lmchallenge.model.neural.vocab import byte_level_decoder
+        return bytes(byte_level_decoder()[char] for char in piece)
+    if piece.startswith("<0x") and len(piece) == 6:
+        return bytes([int(piece[3:5], 16)])
+    return piece.replace("\u2581", " ").encode("utf-8")
+
+
+def brute_force_going_on_logp(tiny, context: str, word: str) -> float:
+    """log P(``word``) for a word that begins longer emoji sequences, from full forward passes:
+    its tokens, then text that does not go on with the rest of one of them (LM Challenge's
+    word tokenizer reads ``word`` alone).  The token after the word must end it (as
+    brute_force_logp); a space may begin a rest, so after one the text is followed, token
+    by token, until it parts from every rest (the word has ended: counted), spells one (it
+    has not), is not valid UTF-8 (not counted, as tokens without a whole first character are
+    not), or the sequence ends (counted)."""
+    from lmchallenge.tokenize import emoji_sequences
+    tokenizer, model = tiny
+    rests = [e[len(word):].encode() for e in emoji_sequences() if e.startswith(word) and e != word]
+    texts = [token_bytes(tokenizer, i) for i in range(len(tokenizer))]
+    eos = tokenizer.eos_token_id
+
+    def last_row(sequence):
+        with torch.no_grad():
+            return torch.log_softmax(model(torch.tensor([sequence])).logits[0, -1].double(), -1)
+
+    def ended(sequence, after: bytes) -> float:  # P(the word has ended | sequence), after != b""
+        row, total = last_row(sequence), 0.0
+        for i, data in enumerate(texts):
+            if i == eos:
+                total += math.exp(float(row[i]))
+                continue
+            if data is None:
+                continue
+            text = after + data
+            try:
+                text.decode("utf-8")
+            except UnicodeDecodeError as e:
+                if e.reason != "unexpected end of data":
+                    continue  # not valid UTF-8
+            if any(text.startswith(r) for r in rests):
+                continue
+            if any(r.startswith(text) for r in rests):
+                total += math.exp(float(row[i])) * ended(sequence + [i], text)
+            else:
+                total += math.exp(float(row[i]))
+        return total
+
+    stripped = context.rstrip(" ")
+    head = [tokenizer.bos_token_id] + tokenizer.encode(stripped, add_special_tokens=False)
+    assert words(stripped) == [] or "".join(words(stripped)) == stripped.replace(" ", "")
+    tail = tokenizer.encode(context[len(stripped):] + word, add_special_tokens=False)
+    sequence = head + tail
+    with torch.no_grad():
+        logits = model(torch.tensor([sequence])).logits[0].double()
+    logp = torch.log_softmax(logits, dim=-1)
+    total = sum(float(logp[len(head) - 1 + j, t]) for j, t in enumerate(tail))
+    mass = 0.0
+    for i, data in enumerate(texts):
+        text = token_text(tokenizer, i)
+        if i == eos or (text is not None and words(word + text)[0] == word):
+            if data is not None and any(r.startswith(data) and r != data for r in rests):
+                mass += math.exp(float(logp[-1, i])) * ended(sequence + [i], data)
+            else:
+                mass += math.exp(float(logp[-1, i]))
+    return total + math.log(mass)
+
+
+def favouring(tiny, favoured: list[bytes], boost: float = 7.0):
+    """``tiny``'s model with an output layer that adds ``boost`` to the logits of the tokens
+    whose bytes are in ``favoured`` (a model trained on text that writes them often): its
+    answers still depend on the context (its weights are the tiny model's, scaled down)."""
+    tokenizer, model = tiny
+    model = tiny_model(len(tokenizer))
+    layer = torch.nn.Linear(model.config.hidden_size, len(tokenizer), bias=True)
+    with torch.no_grad():
+        layer.weight.copy_(model.lm_head.weight * 0.1)
+        layer.bias.zero_()
+        for i in range(len(tokenizer)):
+            if token_bytes(tokenizer, i) in favoured:
+                layer.bias[i] = boost
+    model.lm_head = layer
+    return tokenizer, model
+
+
+@pytest.mark.xfail(strict=True, reason="known limit (docs/neural.md): a bare space after the word "
+                   "counts as ending it even where the tokens after it spell the rest")
+@pytest.mark.parametrize("word, rest, completed", [("👍", " 🏽", False),
+                                                   ("1", " \ufe0f \u20e3", True)])
+def test_a_word_that_begins_a_longer_emoji_sequence_has_its_exact_probability(tiny, word, rest,
+                                                                              completed):
+    """LM Challenge's word tokenizer reads ``👍`` then `` 🏽`` (an emoji list sequence, its
+    code points written with spaces) as one word, and ``1`` then `` \ufe0f \u20e3`` (a
+    keycap) too: a space after the word ends it unless the tokens after it spell such a
+    rest.  With a model that writes the rest's bytes often, the word's probability should
+    leave out what goes on with it, in we, wr and completions alike (``1`` is among the
+    completions here; ``👍``, five tokens, is not), whatever the batch.  A known limit
+    today (docs/neural.md): it counts that in, 0.55-0.75 nats too high here."""
+    data = rest.encode()
+    spelt = (" " + word).encode()   # the word too, so that the completion search finds it
+    model = favouring(tiny, [text[:k] for text in (data, spelt) for k in range(1, len(text) + 1)]
+                      + [text[k:k + 1] for text in (data, spelt) for k in range(len(text))])
+    lm = adapter(model, search_width=4, top=40, max_expansions=400)
+    context = "And God said "
+    expected = brute_force_going_on_logp(model, context, word)
+    naive = brute_force_logp(model, context, word)
+    assert naive - expected > 0.05  # the test tells the two apart
+    we = lm.predict(context, [word])
+    assert we == [(word, pytest.approx(expected, abs=2e-4))]
+    wr = dict(lm.predict(context, [word, "God", "the"]))
+    assert wr[word] == pytest.approx(expected, abs=2e-4)
+    batched = adapter(model, search_width=4).predict_batch(
+        [(context, [word]), ("In the beginning ", ["God"]), (context, [word, "God", "the"])])
+    assert batched[0] == we and batched[2] == lm.predict(context, [word, "God", "the"])
+    if completed:
+        completions = dict(lm.predict(context, None))
+        assert completions[word] == pytest.approx(expected, abs=2e-4)
+
+
 def test_ce_queries_are_refused(tiny):
     lm = adapter(tiny)
     with pytest.raises(ModelError, match=r"character probabilities \(ce\) are not computed"):
