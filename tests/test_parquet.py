@@ -226,6 +226,35 @@ def test_reading_missing_or_non_parquet_files(tmp_path):
         list(P.iter_parquet(str(other)))
 
 
+def test_a_damaged_parquet_log_is_an_error_not_other_numbers(tmp_path):
+    """Two bytes flipped inside a data page gave other statistics, exit 0 (QA: a mean of
+    -44.8 for 4.4): the pages carry CRC checksums, checked as they are read, so every
+    command that reads the log says which file cannot be read, and none prints numbers."""
+    import subprocess
+    import sys
+    path = tmp_path / "we.parquet"
+    P.write_parquet([we_datum(i) for i in range(2000)], str(path), game="we")
+    data = bytearray(path.read_bytes())
+    column = pq.ParquetFile(path).metadata.row_group(0).column(4)   # target
+    assert column.path_in_schema == "target"
+    middle = column.data_page_offset + column.total_compressed_size // 2
+    data[middle] ^= 0xFF
+    data[middle + 1] ^= 0xFF
+    damaged = tmp_path / "damaged.parquet"
+    damaged.write_bytes(bytes(data))
+    lmc = [sys.executable, "-m", "lmchallenge.cli"]
+    for args in (["stats"], ["validate"], ["pretty"], ["grep", "w1"],
+                 ["convert", "-o", str(tmp_path / "out.jsonl")]):
+        run = subprocess.run([*lmc, *args, str(damaged)], capture_output=True, text=True)
+        assert (run.returncode, run.stdout) == (2, ""), (args, run.stdout, run.stderr)
+        assert run.stderr == (f"lmc: error: {damaged}: cannot read the Parquet log: could not "
+                              f"verify page integrity, CRC checksum verification failed for "
+                              f"page_ordinal 0\n"), args
+    with pytest.raises(InputError, match="damaged.parquet: cannot read the Parquet log"):
+        P.read_table(str(damaged))
+    assert P.read_table(str(path)).num_rows == 2000
+
+
 def test_read_table_file_columns_and_run_directory(tmp_path):
     data = [wr_datum(i) for i in range(30)]
     single = tmp_path / "all.parquet"

@@ -166,15 +166,15 @@ def _join_parquet(sources: Sequence[str], destination: str) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from lmchallenge.logs.parquet import ROW_GROUP_ROWS
+    from lmchallenge.logs.parquet import ROW_GROUP_ROWS, read_whole
 
     schema = pq.read_schema(sources[0])
     total = 0
-    with pq.ParquetWriter(destination, schema) as writer:
+    with pq.ParquetWriter(destination, schema, write_page_checksum=True) as writer:
         pending: list[pa.Table] = []
         rows = 0
         for source in sources:
-            table = pq.read_table(source, schema=schema)
+            table = read_whole(source, schema)
             pending.append(table)
             rows += table.num_rows
             total += table.num_rows

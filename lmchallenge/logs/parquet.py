@@ -33,6 +33,7 @@ direction holds a whole log in memory.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from collections.abc import Iterable, Iterator, Sequence
@@ -272,7 +273,7 @@ def _write_group(writer: pq.ParquetWriter | None, tmp: str, group: list[pa.Recor
     at the first (when the users' type is fixed); the writer."""
     schema = schema_for(game, users.fix(sum(batch.num_rows for batch in group)))
     if writer is None:
-        writer = pq.ParquetWriter(tmp, schema)
+        writer = pq.ParquetWriter(tmp, schema, write_page_checksum=True)
     batches = [batch if batch.schema == schema else _retyped_users(batch, schema)
                for batch in group]
     if batches:
@@ -409,18 +410,41 @@ def iter_parquet(path: str, batch_rows: int = ROW_GROUP_ROWS) -> Iterator[Datum]
     """
     parquet_file = open_parquet(path)
     check_columns(parquet_file.schema_arrow, path)
-    for batch in parquet_file.iter_batches(batch_size=batch_rows):
-        yield from _batch_datums(batch)
+    with unreadable_as_input_error(path):
+        for batch in parquet_file.iter_batches(batch_size=batch_rows):
+            yield from _batch_datums(batch)
+
+
+@contextlib.contextmanager
+def unreadable_as_input_error(path: str) -> Iterator[None]:
+    """Turn what reading a damaged Parquet file raises (a page whose checksum fails, data
+    that does not decode) into InputError naming the file."""
+    try:
+        yield
+    except (OSError, pa.ArrowException, UnicodeDecodeError) as e:
+        raise InputError(path, None, f"cannot read the Parquet log: {e}") from None
+
+
+def read_whole(path: str, schema: pa.Schema | None = None) -> pa.Table:
+    """A whole Parquet file as a table (its pages' checksums checked where it has them).
+
+    Raises:
+        InputError: the file cannot be read."""
+    with unreadable_as_input_error(path):
+        return pq.read_table(path, schema=schema, page_checksum_verification=True)
 
 
 def open_parquet(path: str, read_dictionary: Sequence[str] | None = None) -> pq.ParquetFile:
     """Open ``path`` as a Parquet file, turning I/O and format errors into InputError.
 
     ``read_dictionary`` names (Parquet column paths) string columns to read as dictionary
-    arrays (decoding each distinct string once per row group)."""
+    arrays (decoding each distinct string once per row group).  Pages that carry a CRC
+    checksum (this project writes them: ``write_page_checksum``) are checked as they are
+    read, so a damaged file is an error when read, not numbers that look right."""
     check_parquet_name(path)
     try:
-        return pq.ParquetFile(path, read_dictionary=read_dictionary)
+        return pq.ParquetFile(path, read_dictionary=read_dictionary,
+                              page_checksum_verification=True)
     except FileNotFoundError:
         raise InputError(path, None, "no such file") from None
     except (OSError, pa.ArrowException) as e:
@@ -534,7 +558,8 @@ def _read_part(part: Path, columns: list[str] | None) -> pa.Table:
     absent = sorted(set(columns or ()) - set(parquet_file.schema_arrow.names))
     if absent:
         raise InputError(name, None, f"no column(s) {absent} in this log")
-    return parquet_file.read(columns=columns)
+    with unreadable_as_input_error(name):
+        return parquet_file.read(columns=columns)
 
 
 def _check_same_columns(tables: Sequence[pa.Table], parts: Sequence[Path]) -> None:
