@@ -14,6 +14,7 @@ moved to the top level, ``finished`` in the manifest; the layout is described in
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import sys
@@ -35,6 +36,7 @@ from lmchallenge.corpus import check_unchanged
 from lmchallenge.errors import LmcError, ModelError, first_line
 from lmchallenge.tuning import DASK_EMBEDDED_CONFIG
 from lmchallenge.games.spec import GameSpec
+from lmchallenge.games.typos import read_vocabulary
 from lmchallenge.logs.convert import convert_file, join_logs
 from lmchallenge.logs.files import check_parquet_name, check_writable, file_form
 from lmchallenge.logs.rundir import STATS, changed_part, finished_part
@@ -360,7 +362,15 @@ def _identity(job: DistJob, scan_result, old: dict[str, Any] | None) -> dict[str
     manifest["predictor_options"] = dict(job.predictor.options or {})
     manifest["predictor_files"] = named_files(job.predictor.describe(), job.predictor.options)
     manifest["user_type"] = scan_result.users.kind if old is None else old.get("user_type", "string")
+    vocabulary = job.game.options.get("vocab")
+    manifest["vocabulary_sha256"] = None if vocabulary is None else file_sha256(vocabulary)
     return manifest
+
+
+def file_sha256(path: str) -> str:
+    """The SHA-256 (hex) of the bytes of the file ``path``."""
+    with open(path, "rb") as stream:
+        return hashlib.file_digest(stream, "sha256").hexdigest()
 
 
 def _warn_if_the_model_changed(old: dict[str, Any], manifest: dict[str, Any]) -> None:
@@ -438,6 +448,8 @@ def execute(job: DistJob) -> RunReport:
     started = time.monotonic()
     if job.output:
         check_writable(job.output, (job.input, job.game.options.get("vocab")))  # before any work
+    if job.game.options.get("vocab") is not None:   # as lmc run reads it: FILE:LINE, at once
+        read_vocabulary(job.game.options["vocab"])
     if job.out_format == "parquet":
         check_parquet_name(os.path.abspath(job.run_dir), "the run dir's path, which its "
                            "Parquet parts' paths hold,", "write jsonl parts (--part-format jsonl)")

@@ -78,6 +78,8 @@ class Manifest(TypedDict):
             (:mod:`lmchallenge.model.files`; ``--resume`` warns if one changed).
         user_type: ``string`` or ``integer``: the type of the users in the Parquet parts
             (absent in runs of an lmc-dist before it was recorded: strings).
+        vocabulary_sha256: ``wr``: the SHA-256 of the word list's bytes (the candidates come
+            from it; ``--resume`` refuses another); None for the other games.
     """
 
     game: str
@@ -100,11 +102,12 @@ class Manifest(TypedDict):
     partition_size: NotRequired[dict[str, Any]]
     predictor_files: NotRequired[dict[str, Any]]
     user_type: NotRequired[str]
+    vocabulary_sha256: NotRequired[str | None]
 
 
 IDENTITY_KEYS = ("game", "game_options", "predictor", "predictor_options", "corpus_sha256",
-                 "corpus_format", "train", "partition_chars", "format")
-LATER_IDENTITY_KEYS = ("predictor_options",)
+                 "corpus_format", "train", "partition_chars", "format", "vocabulary_sha256")
+LATER_IDENTITY_KEYS = ("predictor_options", "vocabulary_sha256")
 """Identity keys an earlier lmc-dist did not record: a run dir without one resumes."""
 
 

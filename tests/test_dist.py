@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import hashlib
 import json
 import os
 import signal
@@ -190,6 +191,37 @@ def test_a_resume_with_other_options_of_a_python_model_is_refused(tmp_path):
     assert other.stderr.decode().startswith("lmc-dist: error: cannot resume: predictor_options differs "
                                             "from the run in this directory")
     lmc_dist(run + [json.dumps({"model": str(model)}), "--resume"])   # the same: resumed
+
+
+def test_wr_s_word_list_is_read_before_any_work_and_a_resume_with_another_is_refused(tmp_path):
+    """The wr vocabulary was recorded by its path only: a --resume after the list changed
+    made one log of two candidate sets, exit 0; and a list that is not UTF-8 failed at every
+    partition once the cluster and the models had started, blamed on the corpus (QA)."""
+    (tmp_path / "c.txt").write_text("in the beginning god created the heaven\n" * 3)
+    words = (DATA / "vocab" / "american-english.no-possessive.txt").read_bytes().splitlines(True)
+    vocab = tmp_path / "words.txt"
+    vocab.write_bytes(b"".join(words[:3000]) + b"caf\xff\n")
+    run = ["run", "lmc-ngram serve " + str(DATA / "nonexistent.lm"), "wr", str(vocab), "--input",
+           str(tmp_path / "c.txt"), "--run-dir", str(tmp_path / "run"), "--workers", "1"]
+    bad = lmc_dist(run, check=False)
+    assert (bad.returncode, bad.stderr.decode()) == (
+        2, f"lmc-dist: error: {vocab}:3001: not valid UTF-8 (byte 3 of the line)\n")
+    assert not (tmp_path / "run").exists()
+    model = tmp_path / "kjv.lm"
+    subprocess.run([str(BIN / "lmc-ngram"), "train", str(DATA / "kjv" / "test.sample.txt"),
+                    "-o", str(model)], check=True, capture_output=True, timeout=120)
+    run[1] = f"{BIN / 'lmc-ngram'} serve {model}"
+    vocab.write_bytes(b"".join(words[:3000]))
+    lmc_dist(run)
+    manifest = json.loads((tmp_path / "run" / "_manifest.json").read_text())
+    assert manifest["vocabulary_sha256"] == hashlib.sha256(vocab.read_bytes()).hexdigest()
+    vocab.write_bytes(b"".join(words[:1000]))    # the same path, other words
+    other = lmc_dist(run + ["--resume"], check=False)
+    assert other.returncode == 2
+    assert other.stderr.decode().startswith("lmc-dist: error: cannot resume: vocabulary_sha256 "
+                                            "differs from the run in this directory")
+    vocab.write_bytes(b"".join(words[:3000]))
+    lmc_dist(run + ["--resume"])   # the same list: resumed
 
 
 def test_a_run_dir_of_an_lmc_dist_without_predictor_options_resumes():
