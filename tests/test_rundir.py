@@ -783,6 +783,54 @@ def test_a_part_changed_after_the_run_is_refused_then_made_again(tmp_path, form)
     assert lmc("stats", str(run_dir)).stdout == before
 
 
+@pytest.mark.parametrize("edit, why", [
+    ("drop the third", "partition record 2 is not partition 2: the manifest was edited"),
+    ("drop the last", "its partitions hold {kept} characters of the corpus' {total}: the "
+                      "manifest was edited"),
+    ("drop all", "its partitions hold 0 characters of the corpus' {total}: the manifest was "
+                 "edited"),
+    ("move a start", "partition 1 starts at byte {moved} of the corpus, the one before it ends "
+                     "at {end}: the manifest was edited")])
+def test_a_manifest_that_lost_a_partition_is_refused(tmp_path, edit, why):
+    """A manifest that lost a partition's record gave the statistics of the others, exit 0
+    (QA): the records must be the partitions 0, 1, ... of the whole corpus."""
+    _, run_dir, _ = finished_run(tmp_path)
+    path = run_dir / "_manifest.json"
+    manifest = json.loads(path.read_text())
+    records = manifest["partitions"]
+    total = manifest["characters"]
+    end = records[0]["end"]
+    if edit == "drop the third":
+        del records[2]
+    elif edit == "drop the last":
+        del records[-1]
+    elif edit == "drop all":
+        records.clear()
+    else:
+        records[1]["start"] += 1
+    path.write_text(json.dumps(manifest))
+    for reader in (lmc, lmc_dist):
+        refused = reader("stats", str(run_dir))
+        assert refused.returncode == 2
+        assert refused.stderr.endswith(f"error: {path}: " + why.format(
+            kept=sum(r["characters"] for r in records), total=total, moved=end + 1, end=end)
+            + "\n"), refused.stderr
+
+
+def test_a_part_file_the_manifest_does_not_list_is_refused(tmp_path):
+    """A part file left in a finished run dir (a copy, another run's) was skipped by lmc's
+    readers and read by pandas': both cannot be right, so lmc says which file it is."""
+    _, run_dir, before = finished_run(tmp_path)
+    stray = run_dir / "part-00099.parquet"
+    shutil.copy(run_dir / "part-00001.parquet", stray)
+    refused = lmc("stats", str(run_dir))
+    assert (refused.returncode, refused.stderr) == (
+        2, f"lmc: error: {stray}: not a partition of this run (its manifest does not list it): "
+           "move it out of the run dir\n")
+    stray.unlink()
+    assert lmc("stats", str(run_dir)).stdout == before
+
+
 def test_a_resume_counts_only_what_it_made_in_its_rate(tmp_path):
     argv, run_dir, _ = finished_run(tmp_path)
     manifest = json.loads((run_dir / "_manifest.json").read_text())

@@ -126,6 +126,36 @@ def read_manifest(path: str) -> dict[str, Any] | None:
     return manifest
 
 
+def check_cut(path: str, manifest: dict[str, Any]) -> None:
+    """Check that the manifest's partitions are the whole run, in order: indices 0, 1, ...,
+    each starting where the one before ends, and their characters the corpus' (a manifest
+    that lost an entry gave the statistics of the rest, exit 0: QA).  Fields a manifest does
+    not hold (an older lmc-dist's) are not checked.
+
+    Raises:
+        InputError: naming the manifest and the first partition out of place.
+    """
+    name = os.path.join(path, MANIFEST)
+    end = None
+    characters = 0
+    for position, entry in enumerate(manifest["partitions"]):
+        if not isinstance(entry, dict) or entry.get("index", position) != position:
+            raise InputError(name, None, f"partition record {position} is not partition "
+                                         f"{position}: the manifest was edited")
+        start = entry.get("start")
+        if isinstance(end, int) and isinstance(start, int) and start != end:
+            raise InputError(name, None, f"partition {position} starts at byte {start} of the "
+                                         f"corpus, the one before it ends at {end}: the "
+                                         "manifest was edited")
+        end = entry.get("end")
+        characters += entry.get("characters", 0) if isinstance(entry.get("characters"), int) else 0
+    total = manifest.get("characters")
+    if isinstance(total, int) and characters != total and all(
+            isinstance(entry.get("characters"), int) for entry in manifest["partitions"]):
+        raise InputError(name, None, f"its partitions hold {characters} characters of the "
+                                     f"corpus' {total}: the manifest was edited")
+
+
 def finished_part(path: str, name: str) -> Path | None:
     """Where the finished partition file ``name`` of run dir ``path`` is (the top level,
     or ``_temporary/`` before the run commits), or None if it is not finished."""
@@ -139,13 +169,22 @@ def inspect(path: str) -> RunDir:
     """Which partitions of the run dir ``path`` are finished, and where their files are.
 
     Raises:
-        InputError: the manifest is unreadable, a finished run lacks a part file, a part
-            is not the file the manifest records (:func:`changed_part`), or a directory
-            without a manifest holds no ``part-*`` files.
+        InputError: the manifest is unreadable or its partitions do not make up the run
+            (:func:`check_cut`), a finished run lacks a part file or holds one its manifest
+            does not list, a part is not the file the manifest records
+            (:func:`changed_part`), or a directory without a manifest holds no ``part-*``
+            files.
     """
     manifest = read_manifest(path)
     if manifest is None:
         return RunDir(path, None, _globbed_parts(path), [])
+    check_cut(path, manifest)
+    if manifest.get("finished"):
+        listed = {entry.get("file") for entry in manifest["partitions"]}
+        for part in _globbed_parts(path, required=False):
+            if part.name not in listed:
+                raise InputError(str(part), None, "not a partition of this run (its manifest "
+                                                  "does not list it): move it out of the run dir")
     parts: list[Path] = []
     done: list[int] = []
     for index, entry in enumerate(manifest["partitions"]):
@@ -192,10 +231,14 @@ def changed_part(part: Path, entry: dict[str, Any]) -> str | None:
     return f"{found} rows where the run's manifest records {rows} (changed after it was written)"
 
 
-def _globbed_parts(path: str) -> list[Path]:
+def _globbed_parts(path: str, required: bool = True) -> list[Path]:
+    """The ``part-*`` files at the top of ``path``, by name.
+
+    Raises:
+        InputError: there are none (where ``required``)."""
     root = Path(path)
     parts = [p for pattern in PART_GLOBS for p in root.glob(pattern)]
-    if not parts:
+    if not parts and required:
         raise InputError(path, None, "not a log: directory has no part-NNNNN.parquet/.jsonl.gz files")
     return sorted(parts, key=lambda p: p.name)
 
