@@ -108,6 +108,18 @@ def test_by_refuses_intervals():
     assert result.returncode == 2 and b"--by prints figures per slice" in result.stderr
 
 
+@pytest.mark.parametrize("args, flags", [(["--resamples", "50"], "--resamples tunes"),
+                                         (["--seed", "3", "--ci-method", "bca"],
+                                          "--seed, --ci-method tune")])
+def test_interval_settings_without_confidence_are_a_usage_error(args, flags):
+    """They printed the statistics without intervals, exit 0, as if they had been used (QA)."""
+    result = run_lmc("stats", *args, str(LOGS / "kjv.we.jsonl"), check=False)
+    assert (result.returncode, result.stdout) == (2, b"")
+    assert result.stderr.decode().endswith(
+        f"Error: {flags} the bootstrap intervals: give --confidence too\n")
+    run_lmc("stats", *args, "--confidence", "0.9", str(LOGS / "kjv.we.jsonl"))
+
+
 def test_derived_adds_units_bits_perplexity_and_ksr():
     we = json.loads(run_lmc("stats", "--derived", "--confidence", "0.9", str(LOGS / "kjv.we.jsonl")).stdout)
     plain = json.loads(run_lmc("stats", str(LOGS / "kjv.we.jsonl")).stdout)

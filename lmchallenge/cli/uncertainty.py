@@ -12,6 +12,7 @@ without them ``lmc stats`` prints exactly what it printed before.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -44,9 +45,30 @@ def bootstrap_options(function: Callable | None = None, seed: str = "--seed") ->
         click.option("--ci-method", type=click.Choice(METHODS), default="percentile",
                      show_default=True, help="Bootstrap interval: percentile or BCa."),
     ]
+    checked = _tuning_needs_confidence(function, seed)
     for option in reversed(options):
-        function = option(function)
-    return function
+        checked = option(checked)
+    return checked
+
+
+def _tuning_needs_confidence(function: Callable, seed: str) -> Callable:
+    """``function``, refusing (a usage error) the options that tune the intervals when none
+    are asked for: ``lmc stats --resamples 50 LOG`` printed no intervals, silently (QA)."""
+
+    @functools.wraps(function)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("confidence") is None:
+            context = click.get_current_context()
+            given = [flag for name, flag in (("resamples", "--resamples"), ("ci_seed", seed),
+                                             ("ci_method", "--ci-method"))
+                     if context.get_parameter_source(name) not in
+                     (None, click.core.ParameterSource.DEFAULT)]
+            if given:
+                raise click.UsageError(f"{', '.join(given)} tune{'s' if len(given) == 1 else ''} "
+                                       "the bootstrap intervals: give --confidence too")
+        return function(*args, **kwargs)
+
+    return checked
 
 
 def stats_options(function: Callable) -> Callable:
