@@ -37,7 +37,7 @@ from typing import Any
 
 import fsspec
 
-from lmchallenge.corpus import (READ_ERRORS, FileVersion, Message, decode_lines, file_version,
+from lmchallenge.corpus import (EMPTY_GZIP, READ_ERRORS, FileVersion, Message, decode_lines, file_version,
                                  first_non_blank, is_stream, parse_json_row)
 from lmchallenge.corpus import detect_format as corpus_format_of
 from lmchallenge.errors import InputError
@@ -206,11 +206,15 @@ def _decompress(path: str, plain_copy: str) -> None:
             # damaged file's error can name the line it broke off in
             while chunk := source.read1(1 << 13):
                 target.write(chunk)
+            empty = raw.tell() == 0
     except READ_ERRORS as e:
         line = _lines_in(tmp) + 1 if os.path.exists(tmp) else None   # where it broke off
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise InputError(path, line, f"cannot read: {e}") from None
+    if empty:
+        os.unlink(tmp)
+        raise InputError(path, None, EMPTY_GZIP)
     os.replace(tmp, plain_copy)
 
 

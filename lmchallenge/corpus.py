@@ -65,12 +65,21 @@ def open_binary(path: str) -> contextlib.AbstractContextManager[BinaryIO]:
 
     Raises:
         OSError: the file cannot be opened (FileNotFoundError when it does not exist).
+        InputError: a ``.gz`` file that is empty (:data:`EMPTY_GZIP`).
     """
     if path == "-":
         return contextlib.nullcontext(sys.stdin.buffer)
     if path.endswith((".gz", ".gzip")):
+        if os.path.isfile(path) and os.path.getsize(path) == 0:
+            raise InputError(path, None, EMPTY_GZIP)
         return gzip.open(path, "rb")  # type: ignore[return-value]
     return open(path, "rb")
+
+
+EMPTY_GZIP = ("an empty file, not gzip data (gzip -t: unexpected end of file; an empty text "
+              "compressed is 20 bytes): a compression that failed?")
+"""Why an empty ``.gz`` file is refused: Python's gzip reads it as an empty text, so a run
+on it gave an empty log, exit 0 (QA)."""
 
 
 def is_special_file(path: str | os.PathLike) -> bool:

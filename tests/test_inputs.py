@@ -123,6 +123,24 @@ def test_gzip_corrupt_in_the_middle(tmp_path):
     assert 100 < int(error[len(f"lmc: error: {log}:"):].split(":")[0]) < 5000
 
 
+def test_an_empty_gz_file_is_not_an_empty_text(tmp_path):
+    """A .gz file of no bytes (a compression that failed) read as an empty corpus: an empty
+    log, exit 0 (QA); gzip -t calls it broken, and so does every reader now."""
+    from lmchallenge.corpus import EMPTY_GZIP
+    corpus = tmp_path / "c.txt.gz"
+    corpus.write_bytes(b"")
+    assert_error(run(LMC, "run", toy_model_command(), "we", str(corpus)), f"{corpus}: {EMPTY_GZIP}")
+    dist = run(LMC_DIST, "run", toy_model_command(), "we", "--input", str(corpus), "--run-dir",
+               str(tmp_path / "run"), "--workers", "1")
+    assert_error(dist, f"{corpus}: {EMPTY_GZIP}", prog="lmc-dist")
+    assert not (tmp_path / "run").exists()
+    log = tmp_path / "log.jsonl.gz"
+    log.write_bytes(b"")
+    assert_error(run(LMC, "stats", str(log)), f"{log}: {EMPTY_GZIP}")
+    corpus.write_bytes(gzip.compress(b""))    # an empty text, compressed: an empty log
+    assert run(LMC, "run", toy_model_command(), "we", str(corpus)).returncode == 0
+
+
 @pytest.mark.parametrize("damage", ["truncated", "not UTF-8"])
 def test_a_damaged_log_is_named_with_the_line_it_breaks_off_in(tmp_path, damage):
     lines = [json.dumps({"user": None, "message": i, "token": 0, "character": 0,
