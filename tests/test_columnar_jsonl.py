@@ -73,6 +73,17 @@ def test_every_log_same_as_datum_by_datum(src: Path, block_bytes: int) -> None:
     assert_same(src, block_bytes)
 
 
+def test_a_byte_order_mark_at_the_start_is_left_out(column_wise_only, tmp_path: Path) -> None:
+    """Every reader leaves out a BOM at the start of a log, as of a corpus; the column-wise
+    lmc stats read it as invalid JSON on line 1 (QA), and still reads the log column-wise."""
+    lines = read_lines(WC)
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + "".join(lines).encode("utf-8"))
+    want = columnar_jsonl.state_of_jsonl(str(WC)).result(human=False)
+    for block_bytes in BLOCKS:
+        assert columnar_jsonl.state_of_jsonl(str(bom), block_bytes).result(human=False) == want
+
+
 @pytest.mark.parametrize("pattern", ["$alphaonly", "e", "~o", "$token=[02468]"])
 @pytest.mark.parametrize("name", ["kjv.o2.wc.jsonl", "rails.wc.jsonl", "kjv.o1.we.jsonl",
                                   "mixed.we.jsonl", "kjv.o2.wr.jsonl"])

@@ -120,9 +120,13 @@ def _parsed_blocks(path: str, block_bytes: int) -> Iterator[Block]:
 
 
 def _blocks(stream: IO[bytes], block_bytes: int) -> Iterator[tuple[int, bytes]]:
-    """``(first line number, bytes)`` of consecutive runs of whole lines of ``stream``."""
+    """``(first line number, bytes)`` of consecutive runs of whole lines of ``stream``, a
+    byte order mark at the start left out (as every other reader does:
+    :func:`lmchallenge.corpus.decode_lines`; it was an invalid JSON line 1 here only: QA)."""
     line = 1
     for data in whole_line_blocks(stream.read, block_bytes):
+        if line == 1 and data.startswith(_BOM):
+            data = data[len(_BOM):]
         yield line, data
         line += data.count(b"\n")
 
