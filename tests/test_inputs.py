@@ -533,6 +533,22 @@ def test_lmc_dist_refuses_a_pipe_corpus_before_making_the_run_dir(tmp_path):
     writer.join(5)
 
 
+@pytest.mark.parametrize("count", [0, 1])
+def test_wr_takes_no_or_one_candidate_as_5_2_does(tmp_path, count):
+    """5.2 takes -n 0 and -n 1 (each token's candidates are then its target and its typo);
+    they were refused as out of range (QA)."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("in the beginning god created the heaven and the earth\n" * 3)
+    result = run(LMC, "run", toy_model_command(), "wr", "-n", str(count),
+                 str(DATA / "vocab" / "american-english.no-possessive.txt"), str(corpus))
+    assert result.returncode == 0, result.stderr.decode()
+    datums = [json.loads(line) for line in result.stdout.decode().splitlines()]
+    assert len(datums) == 30
+    for datum in datums:
+        candidates = [candidate for candidate, _, _ in datum["results"]]
+        assert set(candidates) == {datum["target"], datum["verbatim"]}
+
+
 @pytest.mark.parametrize("prog, argv, message", [
     ("lmc", ["--timeout", "-1"], "Invalid value for '--timeout': -1.0 is not in the range x>0."),
     ("lmc", ["--timeout", "nan"], "Invalid value for '--timeout': nan is not a finite number"),

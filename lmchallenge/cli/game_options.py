@@ -20,7 +20,7 @@ def wr_options(function: Callable) -> Callable:
         click.option("-r", "--seed", default=42, show_default=True,
                      help="Seed of the corruption (with user and message number)."),
         click.option("-n", "--num-candidates", default=100, show_default=True,
-                     type=click.IntRange(2), help="Most candidates per word."),
+                     type=click.IntRange(0), help="Most candidates per word."),
         click.option("--error-chars", default=DEFAULT_ERROR_CHARS, show_default=True,
                      callback=_not_empty,
                      help="Characters a corrupted character is replaced by."),
