@@ -37,8 +37,8 @@ from typing import Any
 
 import fsspec
 
-from lmchallenge.corpus import (EMPTY_GZIP, READ_ERRORS, FileVersion, Message, decode_lines, file_version,
-                                 first_non_blank, is_stream, parse_json_row)
+from lmchallenge.corpus import (EMPTY_GZIP, READ_ERRORS, FileVersion, Message, decode_lines,
+                                 file_version, first_non_blank, is_stream, parse_json_row)
 from lmchallenge.corpus import detect_format as corpus_format_of
 from lmchallenge.errors import InputError
 from lmchallenge.logs.parquet import a_kind, mixed_users_message, user_kind, wide_user_message

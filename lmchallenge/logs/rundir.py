@@ -136,9 +136,9 @@ def check_cut(path: str, manifest: dict[str, Any]) -> None:
         InputError: naming the manifest and the first partition out of place.
     """
     name = os.path.join(path, MANIFEST)
+    records = manifest["partitions"]
     end = None
-    characters = 0
-    for position, entry in enumerate(manifest["partitions"]):
+    for position, entry in enumerate(records):
         if not isinstance(entry, dict) or entry.get("index", position) != position:
             raise InputError(name, None, f"partition record {position} is not partition "
                                          f"{position}: the manifest was edited")
@@ -148,11 +148,11 @@ def check_cut(path: str, manifest: dict[str, Any]) -> None:
                                          f"corpus, the one before it ends at {end}: the "
                                          "manifest was edited")
         end = entry.get("end")
-        characters += entry.get("characters", 0) if isinstance(entry.get("characters"), int) else 0
     total = manifest.get("characters")
-    if isinstance(total, int) and characters != total and all(
-            isinstance(entry.get("characters"), int) for entry in manifest["partitions"]):
-        raise InputError(name, None, f"its partitions hold {characters} characters of the "
+    counts = [entry.get("characters") for entry in records]
+    if isinstance(total, int) and all(isinstance(count, int) for count in counts) \
+            and sum(counts) != total:
+        raise InputError(name, None, f"its partitions hold {sum(counts)} characters of the "
                                      f"corpus' {total}: the manifest was edited")
 
 
