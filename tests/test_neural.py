@@ -910,6 +910,17 @@ def test_a_truncated_gguf_is_named_as_such(tmp_path):
                                     "file ends too soon: truncated, or not a GGUF file (error: ")
 
 
+def test_a_file_that_is_not_gguf_is_named_as_such(tmp_path):
+    """A text file given as the model was read as GGUF: the error named a copy in a
+    temporary directory, not the user's file (QA)."""
+    text = tmp_path / "corpus.txt"
+    text.write_text("in the beginning\n")
+    with pytest.raises(ModelError) as caught:
+        CausalLM(str(text))
+    assert str(caught.value) == (f"model '{text}': not a .gguf file (it does not start with the "
+                                 "bytes GGUF) nor a model directory")
+
+
 def test_start_token_option(tiny):
     tokenizer = tiny[0]
     default = adapter(tiny).predict("", ["In"])
@@ -1065,6 +1076,25 @@ def test_a_model_directory_without_tokenizer_or_of_an_unknown_architecture_is_on
         CausalLM(str(unknown), threads=1)
     assert "\n" not in str(caught.value).split("request")[0].strip()
     assert "cannot load the model: ValueError: " in str(caught.value) and "nosucharch" in str(caught.value)
+
+
+@pytest.mark.parametrize("edit, message", [
+    ({"num_hidden_layers": 3}, r"9 weights of its configuration are not in its files \(such as "
+                               r"model\.layers\.2\.input_layernorm\.weight\)"),
+    ({"intermediate_size": 96}, r"weights in its files are not of its configuration's shape "
+                                r"\(such as model\.layers\.0\.mlp\.down_proj\.weight\)")])
+def test_weights_that_do_not_cover_the_configuration_are_refused(model_dir, tmp_path, caplog,
+                                                                 edit, message):
+    """transformers drew the weights a model's files lack at random and went on: the run
+    succeeded with answers that meant nothing and changed from run to run (QA: a config.json
+    of 3 layers beside weights of 2)."""
+    other = tmp_path / "other"
+    shutil.copytree(model_dir, other)
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps(dict(config, **edit)))
+    with pytest.raises(ModelError, match=message + ": transformers would draw them at random"):
+        CausalLM(str(other), threads=1)
+    assert "MISSING" not in caplog.text   # its fifty-line load report: said in one
 
 
 def test_unpack_writes_a_model_directory_with_the_same_answers(model_dir, corpus, tmp_path):

@@ -84,6 +84,21 @@ def _check_path(path: str) -> None:
                                        for name in TOKENIZER_FILES):
         raise ModelError(path, "the model directory has no tokenizer (tokenizer.json, or the "
                          "files a fast tokenizer is made from)", stderr_tail=None)
+    if os.path.isfile(path) and _first_bytes(path) != GGUF_MAGIC:
+        raise ModelError(path, "not a .gguf file (it does not start with the bytes GGUF) nor a "
+                         "model directory", stderr_tail=None)
+
+
+GGUF_MAGIC = b"GGUF"
+"""The first four bytes of every GGUF file (the GGUF specification, "File Structure")."""
+
+
+def _first_bytes(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(GGUF_MAGIC))
+    except OSError:
+        return b""      # unreadable: loading it says why
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.json",
@@ -154,8 +169,11 @@ def load(path: str, device: str = "cpu", dtype: str = "auto", random_weights: bo
                 torch.manual_seed(0)
                 model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
             else:
-                model = AutoModelForCausalLM.from_pretrained(where, local_files_only=True,
-                                                             dtype=torch_dtype, **extra)
+                with _load_report_quiet():
+                    model, info = AutoModelForCausalLM.from_pretrained(   # (mismatched:
+                        where, local_files_only=True, dtype=torch_dtype,   # said below)
+                        output_loading_info=True, ignore_mismatched_sizes=True, **extra)
+                check_weights(path, info)
     except _LOAD_ERRORS as e:
         raise ModelError(path, f"cannot load the model: {_reason(e)}", stderr_tail=None) from None
     if not getattr(tokenizer, "is_fast", False):
@@ -164,6 +182,41 @@ def load(path: str, device: str = "cpu", dtype: str = "auto", random_weights: bo
     model.to(device)
     model.eval()
     return Loaded(model, tokenizer, device)
+
+
+def check_weights(path: str, info: dict[str, Any]) -> None:
+    """Refuse a model whose files do not hold every weight its configuration has
+    (``from_pretrained``'s ``output_loading_info``): transformers draws the missing ones at
+    random and goes on, so the answers meant nothing and changed from run to run (QA: a
+    config.json of more layers than the weights, a checkpoint saved without its output
+    layer).
+
+    Raises:
+        ModelError: naming how many weights are missing or of another shape, and one.
+    """
+    missing = sorted(info.get("missing_keys") or [])
+    mismatched = sorted(key if isinstance(key, str) else key[0]
+                        for key in info.get("mismatched_keys") or [])
+    if missing or mismatched:
+        what = (f"{len(missing)} weights of its configuration are not in its files (such as "
+                f"{missing[0]})" if missing else f"{len(mismatched)} weights in its files are "
+                f"not of its configuration's shape (such as {mismatched[0]})")
+        raise ModelError(path, f"{what}: transformers would draw them at random, and the "
+                         "answers would mean nothing (a config.json of another model?)",
+                         stderr_tail=None)
+
+
+@contextlib.contextmanager
+def _load_report_quiet() -> Iterator[None]:
+    """transformers' warnings off while a model loads: its load report lists missing and
+    unexpected weights in some fifty lines, which :func:`check_weights` says in one."""
+    from transformers.utils import logging as hf_logging
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
 
 
 def save_skeleton(path: str, out_dir: str) -> list[str]:
