@@ -158,6 +158,24 @@ def test_completions_extend_the_prefix_and_score_as_whole_words(tiny, context):
         assert whole[prefix + rest] == pytest.approx(score, abs=1e-5)
 
 
+@pytest.mark.parametrize("context, typed", [("And God said no\u201d", "\u201d"),
+                                            ("wait\u2026", "\u2026"),
+                                            ("the fruit \U0001F966", "\U0001F966")])
+def test_completions_of_words_with_a_boundary_set_of_their_own(tiny, context, typed):
+    """Non-ASCII punctuation and emoji have boundary sets of their own, and had no tokens to
+    go on with: after a typed ``”`` the search found nothing, so ``”,`` (one LM Challenge
+    word) was never offered (QA).  Their completions extend them as one word and score as
+    we scores the whole words."""
+    lm = adapter(tiny, top=10, max_expansions=400)
+    answer = lm.predict(context, None)
+    assert len(answer) == 10
+    base = context[:-len(typed)]
+    whole = dict(lm.predict(base, [typed + rest for rest, _ in answer]))
+    for rest, score in answer:
+        assert rest and words(typed + rest) == [typed + rest]
+        assert whole[typed + rest] == pytest.approx(score, abs=1e-5)
+
+
 def test_completion_search_is_exact_within_its_budget(tiny):
     """No word of a closed vocabulary beats the n-th completion without being in it."""
     lm = adapter(tiny, top=5, max_expansions=2000)

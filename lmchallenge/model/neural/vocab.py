@@ -247,16 +247,28 @@ class Vocabulary:
     def continuing(self, word: str) -> np.ndarray:
         """Token ids whose text is whole characters that all continue ``word``'s class,
         possibly then the first bytes of one more character (the next token finishes it:
-        :meth:`completing`); none for an emoji or another word of a set of its own."""
+        :meth:`completing`).  A word of a set of its own (non-ASCII punctuation, an emoji:
+        ``”`` goes on as ``”,``; there were none, so such words got no completions: QA) has
+        its own, from the tokens whose first character keeps it one word, those that begin
+        with part of one, and those that spell the first two characters (a space and one
+        more) of the rest of a longer emoji sequence it begins (``👍`` then ``" 🏻"``)."""
         key = self.word_class(word)
-        if key not in ("w", "p"):
-            return np.zeros(0, dtype=np.int64)
         ids = self._continuing.get(key)
         if ids is None:
-            rep = self._representative(key)
-            found = []
-            ids = np.array([token_id for token_id, data in enumerate(self.pieces)
-                            if data and keeps_one_word(rep, data)], dtype=np.int64)
+            if key in ("w", "p"):
+                rep = self._representative(key)
+                candidates = (i for i, data in enumerate(self.pieces) if data)
+            else:
+                rep = word
+                chars, starts = self._first_chars()
+                keeps = np.array([single_word(word + c) for c in chars] + [True])
+                candidates = np.flatnonzero(keeps[starts]).tolist()
+                for two in {rest[:2].encode("utf-8") for rest in _emoji_rests(word)}:
+                    candidates += [i for i in (self.token_id(two), *self.starting_with(two))
+                                   if i is not None]
+            ids = np.array([i for i in candidates
+                            if self.pieces[i] and keeps_one_word(rep, self.pieces[i])],
+                           dtype=np.int64)
             self._continuing[key] = ids
         return ids
 
@@ -268,8 +280,6 @@ class Vocabulary:
         leaves it still unfinished too.  Byte-level vocabularies spell many characters
         (CJK, emoji, accented letters) in several tokens."""
         key = self.word_class(word) if word else None
-        if key not in ("w", "p", None):
-            return np.zeros(0, dtype=np.int64)
         ids = self._completing.get((unfinished, key))
         if ids is None:
             if self._finishing_ids is None:   # the tokens that start inside a character
