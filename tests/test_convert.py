@@ -73,8 +73,15 @@ def test_cli_converts_and_reports(tmp_path):
     out = tmp_path / "out.jsonl.gz"
     result = CliRunner().invoke(cli, ["convert", str(DATA / "mixed.we.jsonl"), "-o", str(out)])
     assert result.exit_code == 0, result.output
-    assert f"wrote 36 tokens to {out} (jsonlines)" in result.output
+    assert f"wrote 36 tokens to {out} (jsonlines, gzip)" in result.output
     assert [d["target"] for d in read_log(str(out))][:3] == ["The", "book", "of"]
+    # the form written is said, whatever the suffix (a .gz was gzip, said "jsonlines": QA)
+    for name, form in (("out.gz", "jsonlines, gzip"), ("out.csv", "jsonlines"),
+                       ("out.parquet", "parquet")):
+        result = CliRunner().invoke(cli, ["convert", str(DATA / "mixed.we.jsonl"), "-o",
+                                          str(tmp_path / name)])
+        assert f"wrote 36 tokens to {tmp_path / name} ({form})" in result.output
+    assert (tmp_path / "out.gz").read_bytes()[:2] == b"\x1f\x8b"
 
 
 def test_cli_stdin_to_stdout():

@@ -7,7 +7,7 @@ import click
 from lmchallenge.cli.options import partial_option
 from lmchallenge.logs.convert import convert
 from lmchallenge.logs import rundir
-from lmchallenge.logs.files import is_parquet_name
+from lmchallenge.logs.files import file_form
 from lmchallenge.logs.schema import GAMES
 
 @click.command("convert")
@@ -25,7 +25,8 @@ def cli(log: str, output: str, game: str | None, quiet: bool) -> None:
     in the form OUT's name says (.jsonl, .jsonl.gz, .parquet)."""
     n = convert(log, output, game=game)
     if not quiet and output != "-":
-        form = "parquet" if is_parquet_name(output) else "jsonlines"
+        form = {"parquet": "parquet", "jsonl.gz": "jsonlines, gzip", "jsonl": "jsonlines"}[
+            file_form(output)]    # what was written, whatever the name's suffix
         partial = (rundir.coverage(log) or {}).get("coverage")
         note = f"; partial: {partial['partitions_done']} of {partial['partitions']} partitions" if partial else ""
         click.echo(f"lmc convert: wrote {n} tokens to {output} ({form}{note})", err=True)
