@@ -266,6 +266,7 @@ class Vocabulary:
                 for two in {rest[:2].encode("utf-8") for rest in _emoji_rests(word)}:
                     candidates += [i for i in (self.token_id(two), *self.starting_with(two))
                                    if i is not None]
+                candidates = sorted(set(candidates))    # ascending, each once
             ids = np.array([i for i in candidates
                             if self.pieces[i] and keeps_one_word(rep, self.pieces[i])],
                            dtype=np.int64)
