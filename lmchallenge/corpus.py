@@ -37,6 +37,8 @@ READ_ERRORS = (OSError, EOFError, zlib.error)
 
 BOM = "\ufeff"
 GZIP_MAGIC = b"\x1f\x8b"
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+"""The byte order marks a UTF-16 text starts with (little- and big-endian)."""
 """The first bytes of a gzip stream (RFC 1952)."""
 
 
@@ -206,6 +208,10 @@ def decode_lines(stream: Iterable[bytes], path: str, first_line: int = 1) -> Ite
             if number == 1 and raw.startswith(GZIP_MAGIC):
                 raise InputError(path, number, "gzip-compressed data, not text: give it as a "
                                                "file named .gz, or decompress it (zcat)") from None
+            if number == 1 and raw.startswith(UTF16_BOMS):
+                raise InputError(path, number, "UTF-16 text (it starts with a UTF-16 byte order "
+                                               "mark), not UTF-8: convert it (iconv -f UTF-16 "
+                                               "-t UTF-8)") from None
             raise InputError(path, number, f"not valid UTF-8 (byte {e.start} of the line)") from None
         if number == 1 and text.startswith(BOM):
             text = text[1:]

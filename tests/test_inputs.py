@@ -123,6 +123,21 @@ def test_gzip_corrupt_in_the_middle(tmp_path):
     assert 100 < int(error[len(f"lmc: error: {log}:"):].split(":")[0]) < 5000
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be"])
+def test_a_utf_16_corpus_is_said_to_be_utf_16(tmp_path, encoding):
+    """It was 'not valid UTF-8 (byte 0 of the line)' (QA): true, but the cause is one step
+    away."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_bytes(("\ufeff" if encoding.endswith("be") else "").encode(encoding)
+                       + "in the beginning\n".encode(encoding))
+    message = (f"{corpus}:1: UTF-16 text (it starts with a UTF-16 byte order mark), not UTF-8: "
+               "convert it (iconv -f UTF-16 -t UTF-8)")
+    assert_error(run(LMC, "run", toy_model_command(), "we", str(corpus)), message)
+    assert_error(run(LMC_DIST, "run", toy_model_command(), "we", "--input", str(corpus),
+                     "--run-dir", str(tmp_path / "run"), "--workers", "1"), message,
+                 prog="lmc-dist")
+
+
 def test_an_empty_gz_file_is_not_an_empty_text(tmp_path):
     """A .gz file of no bytes (a compression that failed) read as an empty corpus: an empty
     log, exit 0 (QA); gzip -t calls it broken, and so does every reader now."""
