@@ -229,10 +229,11 @@ CHANGES = {
     "no final newline": lambda lines: lines.__setitem__(-1, lines[-1].rstrip("\n")),
     "crlf": lambda lines: lines.__setitem__(slice(None), [x.replace("\n", "\r\n") for x in lines]),
     "user escaped": set_key(10, "user", "a\"b\\c\u00e9\U0001F600"),
+    "byte order mark": lambda lines: lines.__setitem__(0, "\ufeff" + lines[0]),
     # errors
     "invalid json": lambda lines: lines.__setitem__(90, lines[90][:-3] + "\n"),
     "two objects on a line": lambda lines: lines.__setitem__(90, lines[90].rstrip() + " " + lines[91]),
-    "byte order mark": lambda lines: lines.__setitem__(0, "\ufeff" + lines[0]),
+    "byte order mark in line 2": lambda lines: lines.__setitem__(1, "\ufeff" + lines[1]),
     "not an object": lambda lines: lines.__setitem__(90, "[1, 2]\n"),
     "float message": set_key(95, "message", 1.0),
     "no target": set_key(95, "target", KeyError),
@@ -249,8 +250,10 @@ def test_same_numbers_or_error_as_datum_by_datum(name: str, block_bytes: int, tm
     if name in ("invalid json", "two objects on a line", "not an object", "float message",
                 "no target", "null completions list", "corpus line"):
         assert isinstance(got, str) and got.startswith(f"{log}:"), got
-    if name == "byte order mark":
-        assert got == f"{log}:1: invalid JSON: Unexpected UTF-8 BOM (decode using utf-8-sig) (column 1)"
+    if name == "byte order mark":   # at the start: left out, as every reader does (QA)
+        assert got == outcome(lambda: datum_by_datum(WC))
+    if name == "byte order mark in line 2":
+        assert got == f"{log}:2: invalid JSON: Unexpected UTF-8 BOM (decode using utf-8-sig) (column 1)"
 
 
 def test_malformed_line_in_a_later_block_names_its_line(tmp_path: Path) -> None:

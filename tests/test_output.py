@@ -82,7 +82,8 @@ def test_lmc_convert_joins_a_run_directory(tmp_path: Path, part_form: str, outpu
     out = tmp_path / output
     result = CliRunner().invoke(cli, [str(tmp_path / "run"), "-o", str(out)])
     assert result.exit_code == 0, result.output
-    form = "parquet" if output.endswith(".parquet") else "jsonlines"
+    form = ("parquet" if output.endswith(".parquet") else "jsonlines, gzip"
+            if output.endswith(".gz") else "jsonlines")
     assert f"lmc convert: wrote {len(data)} tokens to {out} ({form})" in result.output
     assert list(read_log(str(out))) == data
     if output == "all.jsonl":

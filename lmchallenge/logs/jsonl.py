@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import IO
 
 from lmchallenge.errors import InputError, LmcError, json_problem
-from lmchallenge.corpus import decode_lines, open_binary
+from lmchallenge.corpus import BOM, decode_lines, open_binary
 from lmchallenge.logs.files import atomic_path, is_gzip_name, open_output, read_errors
 from lmchallenge.logs.schema import Datum
 
@@ -33,8 +33,11 @@ def parse_jsonlines(lines: Iterable[str], path: str, first_line: int = 1) -> Ite
 
 
 def parse_numbered(lines: Iterable[tuple[int, str]], path: str) -> Iterator[tuple[int, Datum]]:
-    """As :func:`parse_jsonlines`, of ``(line number, text)`` pairs."""
+    """As :func:`parse_jsonlines`, of ``(line number, text)`` pairs; a byte order mark at the
+    start of line 1 is left out, as :func:`lmchallenge.corpus.decode_lines` leaves it out."""
     for number, line in lines:
+        if number == 1 and line.startswith(BOM):
+            line = line[len(BOM):]
         if not line.strip():
             continue
         try:
