@@ -14,7 +14,6 @@ moved to the top level, ``finished`` in the manifest; the layout is described in
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import sys
@@ -48,7 +47,7 @@ from lmc_dist import manifest as mf
 from lmc_dist import reduce
 from lmc_dist.connection import require_scheduler, submit
 from lmc_dist.failures import StartFailures, failure_messages
-from lmc_dist.partition import scan
+from lmc_dist.partition import scan, sha256_of
 from lmc_dist.resources import Resources, format_resources, offering, require_offered
 from lmc_dist.quiet import (TASK_PREFIX, client_filters, quiet_interruption, sigint_deferred,
                             start_without_sigint)
@@ -363,14 +362,8 @@ def _identity(job: DistJob, scan_result, old: dict[str, Any] | None) -> dict[str
     manifest["predictor_files"] = named_files(job.predictor.describe(), job.predictor.options)
     manifest["user_type"] = scan_result.users.kind if old is None else old.get("user_type", "string")
     vocabulary = job.game.options.get("vocab")
-    manifest["vocabulary_sha256"] = None if vocabulary is None else file_sha256(vocabulary)
+    manifest["vocabulary_sha256"] = None if vocabulary is None else sha256_of(vocabulary)
     return manifest
-
-
-def file_sha256(path: str) -> str:
-    """The SHA-256 (hex) of the bytes of the file ``path``."""
-    with open(path, "rb") as stream:
-        return hashlib.file_digest(stream, "sha256").hexdigest()
 
 
 def _warn_if_the_model_changed(old: dict[str, Any], manifest: dict[str, Any]) -> None:

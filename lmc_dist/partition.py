@@ -158,7 +158,8 @@ class _Line:
     message: Message | None  # None for a skipped blank line of a json corpus
 
 
-def _sha256_of(path: str) -> str:
+def sha256_of(path: str) -> str:
+    """The SHA-256 (hex) of the bytes of ``path`` (any fsspec URL)."""
     digest = hashlib.sha256()
     with fsspec.open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -198,6 +199,8 @@ def _decompress(path: str, plain_copy: str) -> None:
     Decompressing in one bulk copy and then scanning the plain file measured faster than
     scanning the gzip stream while copying it line by line (BENCHMARKS.md, "scaling").
     """
+    if _size_of(path) == 0:    # Python's gzip reads no bytes as an empty text
+        raise InputError(path, None, EMPTY_GZIP)
     tmp = plain_copy + ".tmp"
     try:
         with fsspec.open(path, "rb") as raw, gzip.GzipFile(fileobj=raw) as source, \
@@ -206,15 +209,11 @@ def _decompress(path: str, plain_copy: str) -> None:
             # damaged file's error can name the line it broke off in
             while chunk := source.read1(1 << 13):
                 target.write(chunk)
-            empty = raw.tell() == 0
     except READ_ERRORS as e:
         line = _lines_in(tmp) + 1 if os.path.exists(tmp) else None   # where it broke off
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise InputError(path, line, f"cannot read: {e}") from None
-    if empty:
-        os.unlink(tmp)
-        raise InputError(path, None, EMPTY_GZIP)
     os.replace(tmp, plain_copy)
 
 
@@ -286,7 +285,7 @@ def scan(path: str, fmt: str, size: int | PartitionSize | ForCluster, train: boo
     before = file_version(path)
     try:
         fmt = detect_format(path) if fmt == "auto" else fmt
-        sha256 = _sha256_of(path)
+        sha256 = sha256_of(path)
     except FileNotFoundError:
         raise InputError(path, None, "no such file") from None
     plain = path

@@ -165,15 +165,13 @@ def _batches(path: str, batch_rows: int) -> Iterator[pa.RecordBatch]:
         schema = parquet_file.schema_arrow
         parquet.check_columns(schema, name)
         columns = [c for c in _COMMON + _PAYLOAD if c in schema.names]
-        try:
+        with parquet.unreadable_as_input_error(name):
             # one row group at a time: each has its own dictionaries, and Arrow cannot
             # join nested dictionary columns of two row groups into one batch
             for group in range(parquet_file.num_row_groups):
                 for batch in parquet_file.iter_batches(batch_size=batch_rows, row_groups=[group],
                                                        columns=columns, use_threads=_DECODE_THREADS):
                     yield _typed_nulls(batch)
-        except (OSError, pa.ArrowException) as e:
-            raise InputError(name, None, f"cannot read the Parquet log: {e}") from None
 
 
 def _typed_nulls(batch: pa.RecordBatch) -> pa.RecordBatch:
