@@ -5,6 +5,7 @@ coverage on simulated data, the command line (default output unchanged)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -247,6 +248,65 @@ def test_bca_on_one_group_is_the_value_and_only_the_warning(tmp_path):
                                       "the bootstrap intervals are rough\n")
 
 
+def we_rows(users: int, scored: set[int], logp=lambda u, t: -1.0 - (u * 7 + t) % 5) -> str:
+    """A we log of ``users`` users, 20 tokens each, only the users in ``scored`` scored."""
+    return "".join(json.dumps({"character": 0, "message": t // 5, "target": "w", "token": t % 5,
+                               "user": f"u{u:02d}", "logp": logp(u, t) if u in scored else None}) + "\n"
+                   for u in range(users) for t in range(20))
+
+
+def test_few_groups_with_data_for_a_figure_are_warned_about(tmp_path):
+    # 30 users, but only one with scored tokens: entropy.mean's interval rests on one group
+    # (QA: width 0, no warning), entropy.hit's on all 30
+    log = tmp_path / "one-scored.jsonl"
+    log.write_text(we_rows(30, {0}))
+    result = run_lmc("stats", "--confidence", "0.95", str(log))
+    stats = json.loads(result.stdout)
+    assert stats["ci"]["entropy.mean"] == pytest.approx([stats["entropy"]["mean"]] * 2, rel=1e-12)
+    assert stats["ci"]["entropy.hit"][0] < stats["ci"]["entropy.hit"][1]
+    assert result.stderr.decode() == ("WARNING\tonly 1 of 30 users (or messages) have data for "
+                                      "entropy.mean: its bootstrap interval is rough (of width 0)\n")
+    log.write_text(we_rows(30, set(range(12))))
+    result = run_lmc("stats", "--confidence", "0.95", "--derived", str(log))
+    assert result.stderr.decode() == (
+        "WARNING\tonly 12 of 30 users (or messages) have data for entropy.mean: its bootstrap "
+        "interval is rough\n")
+    log.write_text(we_rows(30, set(range(30))))
+    assert run_lmc("stats", "--confidence", "0.95", str(log)).stderr == b""
+
+
+def test_an_infinite_score_gives_an_interval_reaching_infinity(tmp_path):
+    # QA: 0 x inf in the resampling made every resample NaN: "ci" [NaN, NaN] beside a mean of
+    # Infinity; the resamples that do not draw the group are finite
+    log = tmp_path / "inf.jsonl"
+    log.write_text(we_rows(40, set(range(40)), logp=lambda u, t: -math.inf if (u, t) == (3, 0) else -1.0 - u / 40))
+    result = run_lmc("stats", "--confidence", "0.95", str(log), check=False)
+    stats = json.loads(result.stdout)
+    assert stats["entropy"]["mean"] == math.inf
+    low, high = stats["ci"]["entropy.mean"]
+    assert 1.0 < low < 2.0 and high == math.inf
+    groups = bootstrap.summarise(str(log)).table
+    totals = bootstrap.resampled_totals(groups.sums, bootstrap.Settings(resamples=300, seed=5))
+    column = bootstrap.COLUMN["entropy_sum"]
+    finite = groups.sums.copy()
+    finite[3, column] = 0.0
+    expected = bootstrap.resampled_totals(finite, bootstrap.Settings(resamples=300, seed=5))
+    infinite = np.isinf(totals[:, column])
+    assert 0 < infinite.sum() < 300 and not np.isnan(totals).any()
+    assert np.array_equal(totals[~infinite], expected[~infinite])
+
+
+def test_too_many_resamples_are_a_usage_error():
+    # QA: --resamples 100000000 asked numpy for 11 GiB: a MemoryError traceback
+    result = run_lmc("stats", "--confidence", "0.95", "--resamples", "100000000",
+                     str(LOGS / "kjv.wc.jsonl"), check=False)
+    assert result.returncode == 2 and b"Traceback" not in result.stderr
+    assert b"100000000 is not in the range 2<=x<=1000000" in result.stderr
+    with pytest.raises(ValueError, match="resamples must be from 2 to 1,000,000"):
+        bootstrap.intervals(bootstrap.summarise(str(LOGS / "kjv.wc.jsonl")).table, bootstrap.METRICS[:1],
+                            bootstrap.Settings(resamples=2_000_000))
+
+
 def test_resamples_too_few_for_the_level_are_warned_about_and_one_is_refused():
     log = str(LOGS / "kjv.wc.jsonl")      # 30 users: no warning of its own
     thin = run_lmc("stats", "--confidence", "0.95", "--resamples", "100", log)
@@ -259,7 +319,7 @@ def test_resamples_too_few_for_the_level_are_warned_about_and_one_is_refused():
                                                          "1999", log).stderr     # not "10"
     one = run_lmc("stats", "--confidence", "0.95", "--resamples", "1", log, check=False)
     assert one.returncode == 2 and one.stdout == b""
-    assert "Invalid value for '--resamples': 1 is not in the range x>=2." in one.stderr.decode()
+    assert "Invalid value for '--resamples': 1 is not in the range 2<=x<=1000000." in one.stderr.decode()
 
 
 @pytest.mark.parametrize("seed", [1, 3])

@@ -116,6 +116,22 @@ def test_entropies_with_other_fingerprints_are_not_compared(tmp_path):
     assert f"{other}: entropy not comparable: entropy fingerprints differ" in text
 
 
+def test_an_infinite_score_is_null_in_standard_json(tmp_path):
+    # QA: "value": Infinity and "value_ci": [NaN, NaN] in the json lines, which jq refused
+    base = PRETTY / "kjv.o1.we.jsonl"
+    data = list(read_log(str(base)))
+    data[3]["logp"] = -math.inf
+    other = write_jsonl(tmp_path / "inf.we.jsonl", data)
+    out = run_lmc("compare", "-o", "json", "--resamples", "300", str(base), str(other)).stdout.decode()
+    [row] = [json.loads(line, parse_constant=lambda name: pytest.fail(f"not standard JSON: {name}"))
+             for line in out.splitlines()]
+    metric = row["metrics"]["entropy.mean"]
+    assert metric["value"] is None and metric["delta"] is None and metric["ci"] is None
+    assert metric["note"] == "not comparable: not finite (a log holds a NaN or infinite score)"
+    low, high = metric["value_ci"]
+    assert low > 0 and high is None     # some resamples do not draw the infinite token's user
+
+
 def test_logs_of_other_data_are_refused(tmp_path):
     base, same, other = (str(PRETTY / name) for name in ("kjv.o1.we.jsonl", "kjv.o2.we.jsonl", "rails.we.jsonl"))
     for logs in ([other], [same, other]):

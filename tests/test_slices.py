@@ -178,6 +178,22 @@ def test_signature_names_what_makes_the_number(tmp_path):
     assert fields["corpus"] == "sha256." + "ab" * 32 and fields["seed"] == "42"
     assert fields["model"] == "ngram x" and fields["version"] == "9.9"
     assert fields["opts"] == '{"num_candidates":100}' and "ci" not in fields
+    assert fields["mopts"] == "?" and fields["vocab"] == "?"     # an older manifest: unknown
+    # the model's options and the wr word list are part of what makes the number (QA: two
+    # models that differ in their options had the same signature)
+    signatures = []
+    for model_file in ("kjv.lm", "kjv.o2.lm"):
+        manifest.update(predictor_options={"model": model_file}, vocabulary_sha256="cd" * 32)
+        (run_dir / "_manifest.json").write_text(json.dumps(manifest))
+        signatures.append(json.loads(run_lmc("stats", "--signature", str(run_dir)).stdout)["signature"])
+    fields = dict(f.split(":", 1) for f in signatures[0].split("|"))
+    assert fields["mopts"] == '{"model":"kjv.lm"}' and fields["vocab"] == "sha256." + "cd" * 32
+    assert signatures[0] != signatures[1]
+    manifest.update(game="we", game_options={}, predictor_options={}, vocabulary_sha256=None)
+    (run_dir / "_manifest.json").write_text(json.dumps(manifest))
+    result = run_lmc("stats", "--signature", str(run_dir), check=False)
+    fields = dict(f.split(":", 1) for f in json.loads(result.stdout)["signature"].split("|"))
+    assert (fields["mopts"], fields["vocab"]) == ("{}", "-")
 
 
 @pytest.mark.parametrize("name", ["kjv.wc.jsonl", "rails.we.jsonl", "rails.wr.jsonl"])

@@ -17,7 +17,9 @@ Outputs (:data:`FORMATS`): ``text`` and ``markdown`` tables (models in rows, met
 columns), ``csv`` (one row per log, columns ``METRIC.value``, ``.low``, ``.high``,
 ``.delta``, ``.delta_low``, ``.delta_high``, ``.p``), ``json`` (one object per line per
 non-baseline log: ``{"log", "baseline", "metrics": {key: {"value", "baseline", "delta",
-"ci", "p", "value_ci", "baseline_ci"}}}``, ``ci`` being the interval of the delta) and
+"ci", "p", "value_ci", "baseline_ci"}}}``, ``ci`` being the interval of the delta; an
+infinite or NaN figure is ``null``, its ``note`` saying why, so that the lines are standard
+JSON) and
 ``html`` (one self-contained page).
 """
 
@@ -336,8 +338,19 @@ def to_csv(rows: Sequence[LogComparison], settings: bootstrap.Settings, test: st
 
 
 def to_json(rows: Sequence[LogComparison], settings: bootstrap.Settings, test: str) -> str:
-    """One JSON object per line per non-baseline log (keys sorted)."""
-    return "".join(json.dumps(row.as_json(), sort_keys=True) + "\n" for row in rows[1:])
+    """One JSON object per line per non-baseline log (keys sorted; standard JSON: an
+    infinite or NaN figure is ``null``, QA: ``jq`` refused ``Infinity``)."""
+    return "".join(json.dumps(_standard(row.as_json()), sort_keys=True, allow_nan=False) + "\n"
+                   for row in rows[1:])
+
+
+def _standard(value: Any) -> Any:
+    """``value`` (nested dicts, lists, scalars) with every non-finite float as None."""
+    if isinstance(value, dict):
+        return {key: _standard(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_standard(item) for item in value]
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def to_html(rows: Sequence[LogComparison], settings: bootstrap.Settings, test: str) -> str:

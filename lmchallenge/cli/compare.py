@@ -8,8 +8,8 @@ import click
 import numpy as np
 
 from lmchallenge.cli.options import FiniteFloatRange, partial_option
-from lmchallenge.cli.uncertainty import (DEFAULT_RESAMPLES, DEFAULT_SEED, METHODS, MIN_RESAMPLES,
-                                         warn_if_few_resamples)
+from lmchallenge.cli.uncertainty import (DEFAULT_RESAMPLES, DEFAULT_SEED, MAX_RESAMPLES, METHODS,
+                                         MIN_RESAMPLES, warn_if_few_resamples)
 
 
 @click.command("compare")
@@ -19,8 +19,9 @@ from lmchallenge.cli.uncertainty import (DEFAULT_RESAMPLES, DEFAULT_SEED, METHOD
               show_default=True, help="Output format (json: one object per line per LOG).")
 @click.option("--confidence", type=FiniteFloatRange(0, 1, min_open=True, max_open=True), default=0.95,
               show_default=True, help="Level of the bootstrap intervals.")
-@click.option("--resamples", type=click.IntRange(MIN_RESAMPLES), default=DEFAULT_RESAMPLES, show_default=True,
-              help="Bootstrap resamples (randomisation trials with --paired-ar).")
+@click.option("--resamples", type=click.IntRange(MIN_RESAMPLES, MAX_RESAMPLES), default=DEFAULT_RESAMPLES,
+              show_default=True, help="Bootstrap resamples (randomisation trials with --paired-ar; at "
+                                      f"most {MAX_RESAMPLES:,}: each one's totals are held).")
 @click.option("--seed", type=click.IntRange(0), default=DEFAULT_SEED, show_default=True,
               help="Seed of the resampling.")
 @click.option("--ci-method", type=click.Choice(METHODS), default="percentile", show_default=True,

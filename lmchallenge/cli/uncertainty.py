@@ -21,7 +21,7 @@ import click
 import numpy as np
 
 from lmchallenge.cli.options import FiniteFloatRange
-from lmchallenge.stats.bootstrap import METHODS, MIN_RESAMPLES, Settings, few_resamples
+from lmchallenge.stats.bootstrap import MAX_RESAMPLES, METHODS, MIN_RESAMPLES, Settings, few_resamples
 
 DEFAULT_RESAMPLES = Settings.resamples
 DEFAULT_SEED = Settings.seed
@@ -38,8 +38,9 @@ def bootstrap_options(function: Callable | None = None, seed: str = "--seed") ->
                      default=None, metavar="C",
                      help="Add bootstrap intervals at this level (e.g. 0.95) under \"ci\", "
                           "resampling users (messages of logs without users)."),
-        click.option("--resamples", type=click.IntRange(MIN_RESAMPLES), default=DEFAULT_RESAMPLES,
-                     show_default=True, help="Bootstrap resamples."),
+        click.option("--resamples", type=click.IntRange(MIN_RESAMPLES, MAX_RESAMPLES),
+                     default=DEFAULT_RESAMPLES, show_default=True,
+                     help=f"Bootstrap resamples (at most {MAX_RESAMPLES:,}: each one's totals are held)."),
         click.option(seed, "ci_seed", type=click.IntRange(0), default=DEFAULT_SEED, show_default=True,
                      help="Seed of the resampling."),
         click.option("--ci-method", type=click.Choice(METHODS), default="percentile",

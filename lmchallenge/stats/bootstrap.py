@@ -100,6 +100,10 @@ FEW_GROUPS = 20
 handful of users has a handful of distinct values)."""
 MIN_RESAMPLES = 2
 """Fewer resamples give an interval of width 0, which would pass for certainty."""
+MAX_RESAMPLES = 1_000_000
+"""An interval holds every resample's column totals (float64 ``[resamples, len(COLUMNS)]``,
+about 150 MB at this many, twice that in ``lmc compare``): more would only exhaust memory
+(QA: ``--resamples 100000000`` asked for 11 GiB and ended in a traceback)."""
 TAIL_RESAMPLES = 10
 """Resamples wanted beyond each endpoint of an interval (:func:`few_resamples`): 25 at the
 default 0.95 and 1,000 resamples."""
@@ -391,6 +395,9 @@ def resampled_totals(sums: np.ndarray, settings: Settings) -> np.ndarray:
     out = np.zeros((resamples, sums.shape[1]))
     if groups == 0:
         return out
+    odd = ~np.isfinite(sums)
+    if odd.any():       # 0 x inf is NaN: a group not drawn must add nothing, not NaN
+        return _with_odd_sums(sums, odd, settings)
     starts = range(0, resamples, BLOCK)
     streams = np.random.default_rng(settings.seed).spawn(len(starts))
     rows = max(1, min(BLOCK, DRAWN_CELLS // groups))   # resamples drawn at once: a function of G only
@@ -415,6 +422,23 @@ def resampled_totals(sums: np.ndarray, settings: Settings) -> np.ndarray:
     return out
 
 
+def _with_odd_sums(sums: np.ndarray, odd: np.ndarray, settings: Settings) -> np.ndarray:
+    """:func:`resampled_totals` of ``sums`` some of whose values (``odd``, the same shape)
+    are infinite or NaN (a log holding such a score): the finite part is resampled as usual,
+    and each odd value is added to the totals of the resamples that drew its group (the
+    same draws: one resampling with a column of 0/1 markers per odd group)."""
+    rows = np.flatnonzero(odd.any(axis=1))
+    finite = np.where(odd, 0.0, sums)
+    markers = np.zeros((sums.shape[0], len(rows)))
+    markers[rows, np.arange(len(rows))] = 1.0
+    both = resampled_totals(np.concatenate([finite, markers], axis=1), settings)
+    out, drawn = both[:, :sums.shape[1]], both[:, sums.shape[1]:] > 0
+    for j, row in enumerate(rows):
+        for column in np.flatnonzero(odd[row]):
+            out[drawn[:, j], column] += sums[row, column]
+    return out
+
+
 def ratio(numerator: Any, denominator: Any) -> Any:
     """``numerator / denominator`` (floats or arrays), NaN (or inf) without a warning where
     the denominator is 0."""
@@ -423,10 +447,24 @@ def ratio(numerator: Any, denominator: Any) -> Any:
 
 
 def _percentile(values: np.ndarray, levels: Sequence[float]) -> list[float]:
-    finite = values[np.isfinite(values)]
-    if not len(finite):
+    """The ``levels`` quantiles of ``values`` (linear interpolation, as
+    :func:`numpy.quantile`'s default), NaNs left out; infinite values count, an endpoint
+    between a finite and an infinite value being infinite (QA: one infinite score gave the
+    interval ``[NaN, NaN]`` beside an estimate of ``inf``)."""
+    values = values[~np.isnan(values)]
+    if not len(values):
         return [math.nan] * len(levels)
-    return [float(x) for x in np.quantile(finite, levels)]
+    if np.isfinite(values).all():
+        return [float(x) for x in np.quantile(values, levels)]
+    ordered = np.sort(values)
+    out = []
+    for level in levels:
+        h = (len(ordered) - 1) * level
+        low = math.floor(h)
+        a, b = float(ordered[low]), float(ordered[min(low + 1, len(ordered) - 1)])
+        out.append(a if h == low or a == b or math.isinf(a) else b if math.isinf(b)
+                   else float(np.quantile(ordered, level)))
+    return out
 
 
 def _bca_levels(theta: float, resampled: np.ndarray, jackknife: np.ndarray,
@@ -523,14 +561,34 @@ def intervals(table: GroupTable, metrics: Sequence[tuple[str, str, str]],
     _check(settings)
     if not metrics or not table.keys:
         return {}
-    if warn and len(table.keys) < FEW_GROUPS:
-        what = "user (or message)" if len(table.keys) == 1 else "users (or messages)"
-        LOG.warning("only %d %s to resample: the bootstrap intervals are rough",
-                    len(table.keys), what)
+    if warn:
+        for line in few_groups(table, metrics):
+            LOG.warning("%s", line)
     used = sorted({COLUMN[name] for _, num, den in metrics for name in (num, den)})
     totals = np.zeros((settings.resamples, len(COLUMNS)))
     totals[:, used] = resampled_totals(table.sums[:, used], settings)     # only the columns used
     return {key: interval(table, totals, num, den, settings) for key, num, den in metrics}
+
+
+def few_groups(table: GroupTable, metrics: Sequence[tuple[str, str, str]]) -> list[str]:
+    """Warnings (one line each) for the ``metrics`` whose intervals rest on fewer than
+    :data:`FEW_GROUPS` groups: the groups with a non-zero denominator, since a resample's
+    figure depends only on how often it drew those (QA: the ``entropy.mean`` of a log in
+    which one user of 30 had scored tokens got an interval of width 0 and no warning).
+    One line for all of them when every metric has every group."""
+    groups = len(table.keys)
+    carrying: dict[int, list[str]] = {}
+    for key, _, denominator in metrics:
+        n = int(np.count_nonzero(table.sums[:, COLUMN[denominator]]))
+        if 0 < n < FEW_GROUPS:
+            carrying.setdefault(n, []).append(key)
+    if groups < FEW_GROUPS and list(carrying) in ([], [groups]):
+        what = "user (or message)" if groups == 1 else "users (or messages)"
+        return [f"only {groups} {what} to resample: the bootstrap intervals are rough"] if groups else []
+    return [f"only {n} of {groups} users (or messages) have data for {', '.join(keys)}: "
+            f"{'its bootstrap interval is' if len(keys) == 1 else 'their bootstrap intervals are'} "
+            "rough" + (" (of width 0)" if n == 1 else "")
+            for n, keys in sorted(carrying.items())]
 
 
 def few_resamples(settings: Settings) -> str | None:
@@ -556,8 +614,9 @@ def _check(settings: Settings) -> None:
         raise ValueError(f"unknown interval method {settings.method!r} (one of {', '.join(METHODS)})")
     if not 0 < settings.confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), not {settings.confidence}")
-    if settings.resamples < MIN_RESAMPLES:
-        raise ValueError(f"resamples must be at least {MIN_RESAMPLES}")
+    if not MIN_RESAMPLES <= settings.resamples <= MAX_RESAMPLES:
+        raise ValueError(f"resamples must be from {MIN_RESAMPLES} to {MAX_RESAMPLES:,}, "
+                         f"not {settings.resamples}")
 
 
 # --- paired comparison ---------------------------------------------------------------------------

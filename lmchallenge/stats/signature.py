@@ -3,9 +3,11 @@ style of sacrebleu's (``BLEU|nrefs:1|case:mixed|...|version:2.0.0``): ``|``-sepa
 ``name:value`` fields, so that a number in a paper says how to get it again.
 
 Fields: ``lmc:stats``, ``game`` (detected from the log), ``opts`` (the game's options),
-``seed`` (the ``wr`` corruption seed), ``model`` (the predictor), ``corpus`` (its sha256),
-``train`` -- these four from the run directory's ``_manifest.json`` when the log is an
-``lmc-dist`` run dir (``?`` when unknown) -- ``tok`` (the tokenizer: the ``regex`` and
+``seed`` (the ``wr`` corruption seed), ``model`` (the predictor), ``mopts`` (its options:
+the same class or command with other options is another model, QA), ``corpus`` (its sha256),
+``vocab`` (the ``wr`` word list's sha256, ``-`` for the other games), ``train`` -- these from
+the run directory's ``_manifest.json`` when the log is an ``lmc-dist`` run dir (``?`` when
+unknown) -- ``tok`` (the tokenizer: the ``regex`` and
 ``emoji`` versions it depends on), ``version`` (``lmchallenge-dist``), and with intervals
 ``ci`` (method and level), ``nrs`` (resamples), ``rs`` (resampling seed) and ``unit``
 (``user``: users, or messages where there are none).
@@ -40,6 +42,12 @@ def _compact(value: Any) -> str:
     return "?" if value is None else json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
+def _vocabulary(manifest: dict[str, Any]) -> str:
+    if manifest.get("vocabulary_sha256"):
+        return f"sha256.{manifest['vocabulary_sha256']}"
+    return "-" if manifest.get("game") not in (None, "wr") else "?"
+
+
 def signature(path: str, game: str | None, settings: Any = None) -> str:
     """The signature of ``lmc stats`` figures of the log at ``path``.
 
@@ -54,7 +62,9 @@ def signature(path: str, game: str | None, settings: Any = None) -> str:
               ("opts", _compact(manifest.get("game_options")) if manifest else "?"),
               ("seed", str(manifest.get("seed")) if manifest.get("seed") is not None else "?"),
               ("model", manifest.get("predictor", "?")),
+              ("mopts", _compact(manifest.get("predictor_options")) if "predictor_options" in manifest else "?"),
               ("corpus", f"sha256.{manifest['corpus_sha256']}" if manifest.get("corpus_sha256") else "?"),
+              ("vocab", _vocabulary(manifest)),
               ("train", str(manifest["train"]).lower() if "train" in manifest else "?"),
               ("tok", f"regex.{versions.get('regex', _version('regex'))}+emoji.{versions.get('emoji', _version('emoji'))}"),
               ("version", versions.get("lmchallenge-dist", _version("lmchallenge-dist")))]
