@@ -168,6 +168,23 @@ def test_model_flooding_stderr_does_not_deadlock():
     assert flooded == normal and flooded.count(b"\n") == 89
 
 
+def test_a_shell_models_stderr_is_shown_as_it_comes(tmp_path):
+    # as 5.2, whose model shared lmc's stderr (QA: a model's warnings were seen only with -v)
+    model = tmp_path / "noisy.sh"
+    model.write_text('#!/bin/sh\necho "model: vocab file missing, using fallback" >&2\n'
+                     'while read -r l; do echo; done\n')
+    model.chmod(0o755)
+    result = run_lmc("run", str(model), "we", stdin=b"a b\n")
+    assert result.stderr == b"model: vocab file missing, using fallback\n"
+    assert result.stdout.count(b"\n") == 2
+    # a flood passes through whole, and the run's log is as without it
+    corpus = lines_of(DATA / "kjv" / "test.sample.txt", 2)
+    flooded = run_lmc("run", toy_model_command("--stderr-bytes", "240000"), "we", stdin=corpus)
+    assert flooded.stdout == run_lmc("run", toy_model_command(), "we", stdin=corpus).stdout
+    requests = flooded.stdout.count(b"\n")
+    assert len(flooded.stderr) == requests * 240000 and set(flooded.stderr) == set(b"x\n")
+
+
 def test_shell_model_stream_pipelines_in_order():
     model = ShellModel(toy_model_command(), window=4)
     try:

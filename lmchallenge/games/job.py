@@ -96,7 +96,9 @@ def execute(job: RunJob) -> int:
     # debugging prints made a log on stdout that lmc stats could not read, and the run exit 0)
     with contextlib.redirect_stdout(sys.stderr if job.predictor.is_python else stdout):
         progress = TokenProgress(total)
-        model = job.predictor.create(echo_stderr=LOG.isEnabledFor(logging.INFO), game=job.game.name)
+        # a shell model's stderr is shown as it comes (as 5.2, whose model shared it: QA, a
+        # model's warnings were seen only with -v)
+        model = job.predictor.create(pass_stderr=True, game=job.game.name)
         try:
             log = finished(progress.tokens_of(run_game(game, model, progress.messages_of(messages),
                                                        train=job.train)), model)

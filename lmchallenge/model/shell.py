@@ -86,7 +86,8 @@ class _StderrTail:
 
     The pipe is read in large chunks (one system call per :data:`CHUNK` bytes, whatever the
     lines), and only the last :data:`KEEP` bytes are kept, so a model may write any amount.
-    With ``echo``, each complete line is logged at INFO level.
+    With ``pass_to`` (a file descriptor: 2 for this process' stderr), each chunk is also
+    written there as it comes, as a model that shared its parent's stderr would show it.
 
     Attributes:
         reads: read system calls made so far (EOF included).
@@ -96,18 +97,17 @@ class _StderrTail:
     CHUNK = 1 << 16
     KEEP = 1 << 16
 
-    def __init__(self, stream, keep_lines: int = 40, echo: bool = False):
+    def __init__(self, stream, keep_lines: int = 40, pass_to: int | None = None):
         self._tail = bytearray()
         self.reads = 0
         self.size = 0
         self._keep_lines = keep_lines
-        self._echo = echo
+        self._pass_to = pass_to
         self._thread = threading.Thread(target=self._drain, args=(stream,), daemon=True)
         self._thread.start()
 
     def _drain(self, stream) -> None:
         fd = stream.fileno()
-        partial = b""
         while True:
             chunk = os.read(fd, self.CHUNK)
             self.reads += 1
@@ -117,13 +117,19 @@ class _StderrTail:
             self._tail += chunk
             if len(self._tail) > 2 * self.KEEP:
                 del self._tail[:-self.KEEP]
-            if self._echo:
-                *lines, partial = (partial + chunk).split(b"\n")
-                for line in lines:
-                    LOG.info("model stderr: %s", line.decode("utf-8", errors="replace"))
-        if self._echo and partial:
-            LOG.info("model stderr: %s", partial.decode("utf-8", errors="replace"))
+            if self._pass_to is not None:
+                self._pass(chunk)
         stream.close()
+
+    def _pass(self, chunk: bytes) -> None:
+        """Write ``chunk`` whole to :attr:`_pass_to`; a destination that fails (closed) is
+        given up, the tail still kept."""
+        view = memoryview(chunk)
+        try:
+            while view:
+                view = view[os.write(self._pass_to, view):]
+        except OSError:
+            self._pass_to = None
 
     def text(self, wait: float = 0.0) -> str:
         """The last lines written so far, each cut to 2000 characters (waits up to ``wait``
@@ -155,6 +161,9 @@ class ShellModel(Model):
             it, or from its request when nothing else was awaited), before the model is
             declared hung and killed.
         window: most predict requests in flight at once.
+        pass_stderr: also write what the model writes to its stderr to this process' stderr
+            as it comes (``lmc run``, as LM Challenge 5.x shows it); its tail is kept for
+            error messages either way.
         game: the game the model plays, given to it as ``LMC_GAME`` in its environment
             (:data:`lmchallenge.tuning.GAME_VARIABLE`), so that it can refuse one it cannot play.
     Raises:
@@ -166,7 +175,7 @@ class ShellModel(Model):
     """
 
     def __init__(self, cmd: str, options: dict[str, Any] | None = None,
-                 timeout: float = 60.0, window: int = 256, echo_stderr: bool = False,
+                 timeout: float = 60.0, window: int = 256, pass_stderr: bool = False,
                  game: str | None = None):
         self.cmd = shell_command(cmd, options or {})
         self.timeout = timeout
@@ -179,7 +188,7 @@ class ShellModel(Model):
         self._in_fd = self._proc.stdin.fileno()
         self._out_fd = self._proc.stdout.fileno()
         os.set_blocking(self._in_fd, False)
-        self._stderr = _StderrTail(self._proc.stderr, echo=echo_stderr)
+        self._stderr = _StderrTail(self._proc.stderr, pass_to=2 if pass_stderr else None)
         self._answer_lines = 0  # answer lines read over the model's life
         self._warned_duplicates = False
         self._closed = False

@@ -168,9 +168,11 @@ class PredictorSpec:
     def is_python(self) -> bool:
         return is_python_spec(self.spec)
 
-    def create(self, echo_stderr: bool = False, game: str | None = None) -> Any:
+    def create(self, pass_stderr: bool = False, game: str | None = None) -> Any:
         """Start the model (a new process for a shell model) to play ``game`` (``we``,
         ``wc``, ``wr``, ``ce``; None: not said): a shell model finds it in ``LMC_GAME``.
+        With ``pass_stderr``, what a shell model writes to its stderr is written to this
+        process' stderr too (:class:`~lmchallenge.model.shell.ShellModel`).
 
         Raises:
             ModelError: a Python model cannot be made, or refuses ``game``
@@ -185,7 +187,7 @@ class PredictorSpec:
                                       context=made, overdue=self.timeout)
             return InProcessModel(made, self.spec, overdue=self.timeout)
         return ShellModel(self.spec, options, timeout=self.timeout, window=self.window,
-                          echo_stderr=echo_stderr, game=game)
+                          pass_stderr=pass_stderr, game=game)
 
     def describe(self) -> str:
         """The command line or spec, for messages and manifests."""
