@@ -284,6 +284,17 @@ def finish_orphans(client: Client, job: DistJob) -> None:
                  first_line(e))
 
 
+def release_models(client: Client) -> None:
+    """Finish, on every worker of a shared cluster, the models of this client's run, which
+    it leaves as it stops (Ctrl-C, SIGTERM): the idle ones now, those a task still uses
+    when it ends (:func:`lmc_dist.worker.finish_orphaned_models`, as for a client gone).
+    Otherwise they wait, idle, for the next run's start (QA: a model process of 75 MB per
+    worker, a GPU model's memory, after Ctrl-C).  A clean-up: nothing is said if the
+    cluster cannot be asked."""
+    with contextlib.suppress(Exception):
+        client.run(finish_orphaned_models, [client.id], on_error="return")
+
+
 def held_models(client: Client, job: DistJob) -> set[str]:
     """The Dask clients whose runs have models on the workers
     (:func:`lmc_dist.worker.model_clients`); none if a worker is lost meanwhile.  It checks
@@ -799,6 +810,8 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], ma
     except KeyboardInterrupt:
         client.cancel(list(futures))
         mf.save(job.run_dir, manifest)
+        if job.scheduler:
+            release_models(client)
         raise
     except (CancelledError, CommClosedError):   # raised above, or by a summary's request to
         # the scheduler as it went away: either way the scheduler is lost

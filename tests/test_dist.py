@@ -392,6 +392,28 @@ def test_the_models_of_a_killed_client_are_finished_when_the_next_run_starts(tmp
     assert not models_of(marker)
 
 
+def test_the_models_of_an_interrupted_run_are_finished_without_another_run(tmp_path, commits,
+                                                                            two_workers):
+    # QA: after Ctrl-C on a shared cluster each worker kept an idle model process (75 MB; a
+    # GPU model's memory) until the next run started
+    marker = "--delay 0.00052"
+    first = subprocess.Popen([str(BIN / "lmc-dist"), "run", toy_model_command(*marker.split()),
+                              "wc", "--input", str(commits), "--run-dir", str(tmp_path / "first"),
+                              "--scheduler", two_workers.address, "--partition-chars", "1500",
+                              "--no-progress"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    wait_for_done(tmp_path / "first", 1, first)
+    assert models_of(marker)
+    os.killpg(first.pid, signal.SIGINT)
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 130, err.decode()
+    deadline = time.monotonic() + 60
+    while models_of(marker) and time.monotonic() < deadline:  # a task running on finishes first
+        time.sleep(0.1)
+    assert not models_of(marker)
+
+
 def test_a_run_starting_while_orphans_are_looked_for_is_never_taken_for_gone():
     """The workers' clients are asked for before the scheduler's (QA: a client that
     connected between the scheduler's answer and the workers' was taken for gone, and its
