@@ -173,20 +173,21 @@ def _execute(ctx, game: GameSpec, kw: dict) -> None:
         for message in report.failed:
             sys.stderr.write(f"lmc-dist: error: {message}\n")
         raise LmcError(failed_line(report.failed_partitions, report.partitions, job.run_dir,
-                                   report.not_run))
+                                   report.not_run, report.stopped_by))
     sys.stdout.write(json.dumps(report.stats, sort_keys=True) + "\n")
     sys.stderr.write(report.summary_line() + f"; run dir {job.run_dir}\n")
 
 
-def failed_line(failed: int, partitions: int, run_dir: str, not_run: int = 0) -> str:
+def failed_line(failed: int, partitions: int, run_dir: str, not_run: int = 0,
+                stopped_by: str = "the model failed alike as it started") -> str:
     """The last line of a run some of whose ``partitions`` failed (and ``not_run`` were not
-    run: it stopped when its model failed alike as it started)."""
+    run: it stopped early, ``stopped_by`` saying why)."""
     if not_run:
         done = partitions - failed - not_run
         kept = (f"none is kept in {run_dir}: fix the cause and run again" if not done else
                 f"{done} done {'is' if done == 1 else 'are'} kept in {run_dir}: fix the cause "
                 "and rerun with --resume")
-        return (f"the model failed alike as it started, so the run stopped: {failed} partition"
+        return (f"{stopped_by}, so the run stopped: {failed} partition"
                 f"{'s' if failed != 1 else ''} failed, {not_run} {'was' if not_run == 1 else 'were'}"
                 f" not run and {kept} (the next run there does not stop so)")
     if failed == partitions:

@@ -4,7 +4,8 @@ A model that cannot start (a mistyped command, a model that refuses the game, a 
 weights file) fails every partition alike, each after starting again (and again for each
 ``--retries``): with 1,000 partitions that is 2,000 starts before the run says what it
 already knew.  :class:`StartFailures` tells the run to stop once
-:data:`ALIKE_AT_START` partitions have failed alike before their model's first answer.
+:data:`ALIKE_AT_START` partitions have failed alike before their model's first answer, or
+alike because a worker cannot write into the run dir.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 
 from lmchallenge.errors import InputError, ModelError
 
-from lmc_dist.worker import PartitionTask
+from lmc_dist.worker import PartitionTask, RunDirError
 
 ALIKE_AT_START = 2
 """Partitions that fail alike before their model's first answer (each at different lines of
@@ -47,16 +48,29 @@ def error_kind(error: BaseException) -> str:
         return f"model\0{error.command}\0{error.reason}\0{error.stderr_tail}"
     if isinstance(error, InputError):
         return f"input\0{error.path}\0{error.reason}"
+    if isinstance(error, OSError) and error.errno is not None:   # not the file it was about:
+        return f"{type(error).__name__}\0errno {error.errno}"     # a temporary file's own name
     return f"{type(error).__name__}\0{error}"
 
 
 def fails_at_start(error: BaseException) -> bool:
     """Whether ``error`` is a model's failure before its first answer: a model process that
     ended (or answered garbage) at its first answer line, or a Python model that could not
-    be made (no request: :mod:`lmchallenge.model.spec`); not one stopped from outside."""
+    be made (no request: :mod:`lmchallenge.model.spec`); not one stopped from outside.  Or
+    a worker that cannot write into the run dir (checked before the model starts)."""
+    if isinstance(error, RunDirError):
+        return True
     if not isinstance(error, ModelError) or error.stopped or error.out_of_step:
         return False
     return error.answer_line == 1 or (error.answer_line is None and error.query is None)
+
+
+def stop_reason(errors: dict[int, BaseException]) -> str:
+    """Why a run that :class:`StartFailures` stopped stopped, for its last line (``errors``
+    by partition index)."""
+    if any(isinstance(error, RunDirError) for error in errors.values()):
+        return "a worker could not write into the run dir"
+    return "the model failed alike as it started"
 
 
 @dataclass
@@ -81,6 +95,6 @@ def _failure_message(task: PartitionTask, error: BaseException) -> str:
     p = task.partition
     where = (f"partition {p.index} (lines {p.first_line}-{p.first_line + p.messages - 1} of "
              f"{task.corpus_name}, first message {p.first_message})")
-    if isinstance(error, (ModelError, InputError)):
+    if isinstance(error, (ModelError, InputError, RunDirError)):
         return f"{where}: {error}"
     return f"{where}: {type(error).__name__}: {error}"

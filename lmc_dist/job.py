@@ -46,7 +46,7 @@ from lmc_dist import commit
 from lmc_dist import manifest as mf
 from lmc_dist import reduce
 from lmc_dist.connection import require_scheduler, submit
-from lmc_dist.failures import StartFailures, failure_messages
+from lmc_dist.failures import StartFailures, failure_messages, stop_reason
 from lmc_dist.partition import scan, sha256_of
 from lmc_dist.resources import Resources, format_resources, offering, require_offered
 from lmc_dist.quiet import (TASK_PREFIX, client_filters, quiet_interruption, sigint_deferred,
@@ -128,6 +128,7 @@ class RunReport:
         failed_partitions: how many partitions failed.
         not_run: how many partitions were not run: the run stopped when its model failed
             alike as it started (:class:`lmc_dist.failures.StartFailures`).
+        stopped_by: why, where ``not_run`` (:func:`lmc_dist.failures.stop_reason`).
         kept_partitions, kept_tokens: the partitions done before this invocation (a
             ``--resume``), and their rows (counted in ``tokens``).
     """
@@ -140,6 +141,7 @@ class RunReport:
     failed: list[str] = field(default_factory=list)
     failed_partitions: int = 0
     not_run: int = 0
+    stopped_by: str = ""
     kept_partitions: int = 0
     kept_tokens: int = 0
 
@@ -597,7 +599,8 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
     # the summary gave its tokens to this invocation's rate)
     return RunReport(stats=stats or {}, tokens=tokens, seconds=0.0,
                      workers=workers, partitions=len(tasks), failed=failure_messages(tasks, errors),
-                     failed_partitions=len(errors), not_run=len(not_run), kept_partitions=len(before),
+                     failed_partitions=len(errors), not_run=len(not_run),
+                     stopped_by=stop_reason(errors) if not_run else "", kept_partitions=len(before),
                      kept_tokens=sum(entries[i].get("rows") or 0 for i in before))
 
 

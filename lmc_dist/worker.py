@@ -19,6 +19,7 @@ import logging
 import os
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,7 +28,7 @@ from typing import Any
 
 from distributed import WorkerPlugin, get_worker
 
-from lmchallenge.errors import InputError, ModelError
+from lmchallenge.errors import InputError, LmcError, ModelError
 from lmchallenge.tuning import freeze_heap
 from lmchallenge.games.runner import Game, run_game
 from lmchallenge.games.spec import GameSpec
@@ -433,6 +434,7 @@ def _evaluate_partition(task: PartitionTask) -> PartitionOutcome:
     Raises:
         ModelError: the model failed (naming user/message/token; the model is discarded).
         InputError: the partition's bytes are malformed.
+        RunDirError: this worker cannot write into the run dir.
         LmcError: its log, written, cannot be read back (the file is removed again: a
             ``--resume`` computes the partition anew).
     """
@@ -447,6 +449,7 @@ def _evaluate_partition(task: PartitionTask) -> PartitionOutcome:
                         task.partition.index, e)
             os.remove(existing)
             os.makedirs(os.path.dirname(task.output_path), exist_ok=True)   # a finished run's
+    check_writable_here(os.path.dirname(task.output_path))    # before a model starts
     began, started = time.time(), time.monotonic()
     pool = current_pool()
     game = pool.game(task.game)
@@ -478,6 +481,27 @@ def _evaluate_partition(task: PartitionTask) -> PartitionOutcome:
                             characters=task.partition.characters,
                             elapsed=time.monotonic() - started, worker=_worker_name(),
                             state=state, began=began, bytes=os.path.getsize(task.output_path))
+
+
+class RunDirError(LmcError):
+    """A worker cannot write into the run dir (it is not on storage every worker shares, or
+    is read-only or full there)."""
+
+
+def check_writable_here(directory: str) -> None:
+    """Raise :class:`RunDirError` unless this process can create (and remove) a file in
+    ``directory`` (the run dir's ``_temporary/``): a run dir the client can write but a
+    worker cannot failed each partition after its model started, each with the name of
+    its own temporary file, so that no two were taken for the same error (QA)."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=directory, prefix=".write-check-")
+        os.close(fd)
+        os.remove(name)
+    except OSError as e:
+        raise RunDirError(f"worker {socket.gethostname()} cannot write into the run dir "
+                          f"({directory}: {e.strerror or e}): --run-dir must be a directory "
+                          "every worker can write, at the same path (shared storage)") from None
 
 
 class StaleTask(Exception):

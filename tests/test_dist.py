@@ -12,6 +12,8 @@ import gzip
 import hashlib
 import json
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import threading
@@ -412,6 +414,60 @@ def test_the_models_of_an_interrupted_run_are_finished_without_another_run(tmp_p
     while models_of(marker) and time.monotonic() < deadline:  # a task running on finishes first
         time.sleep(0.1)
     assert not models_of(marker)
+
+
+def _can_unshare_mounts() -> bool:
+    return shutil.which("unshare") is not None and subprocess.run(
+        ["unshare", "-m", "true"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _can_unshare_mounts(), reason="needs unshare -m (root) for a worker's read-only view")
+def test_a_run_dir_a_worker_cannot_write_is_said_once_and_stops_the_run(tmp_path, commits):
+    # QA: a run dir read-only on the workers failed every partition after its model started,
+    # one message each (each naming its own temporary file), and all were tried and retried
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    with cluster(0, tmp_path) as c:
+        mount = (f"mount --bind {shlex.quote(str(shared))} {shlex.quote(str(shared))} && "
+                 f"mount -o remount,ro,bind {shlex.quote(str(shared))}")
+        worker = shlex.join([str(BIN / "dask"), "worker", c.address, "--nthreads", "1", "--no-nanny",
+                             "--host", "127.0.0.1", "--no-dashboard"])
+        c.workers.append(c._start(["unshare", "-m", "sh", "-c", f"{mount} && exec {worker}"], "worker-ro"))
+        c.wait_for(1)
+        run_dir = shared / "run"
+        counts = tmp_path / "requests"
+        result = lmc_dist(["run", toy_model_command("--count-file", str(counts)), "we", "--input",
+                           str(commits), "--run-dir", str(run_dir), "--scheduler", c.address,
+                           "--partition-chars", "1500", "--no-progress"], check=False)
+    err = result.stderr.decode()
+    lines = [line for line in err.splitlines() if not line.startswith("WARNING\tdask dashboard")]
+    total = len(json.loads((run_dir / "_manifest.json").read_text())["partitions"])
+    assert result.returncode == 2 and total > 3, err
+    assert lines[0].startswith("lmc-dist: error: partition 0 (lines 1-")
+    assert lines[0].endswith(f"cannot write into the run dir ({run_dir}/_temporary: Read-only file "
+                             "system): --run-dir must be a directory every worker can write, at "
+                             "the same path (shared storage)")
+    assert lines[1:] == ["(the same error stopped 1 more partition: 1)",
+                         f"lmc-dist: error: a worker could not write into the run dir, so the run "
+                         f"stopped: 2 partitions failed, {total - 2} were not run and none is kept in "
+                         f"{run_dir}: fix the cause and run again (the next run there does not stop so)"]
+    assert not counts.exists()      # checked before any model started
+
+
+def test_errors_of_a_file_are_alike_whatever_the_temporary_file_named():
+    from lmc_dist.failures import error_kind, fails_at_start
+    from lmc_dist.worker import RunDirError, check_writable_here
+    full = [OSError(28, f"Failed to write '/runs/x/_temporary/.part-0000{i}.parquet.tmp-vm-{i}'")
+            for i in range(2)]
+    assert error_kind(full[0]) == error_kind(full[1]) != error_kind(OSError(5, "I/O error"))
+    blocked = Path(__file__)        # a file, not a directory: nothing can be made under it
+    with pytest.raises(RunDirError, match=r"cannot write into the run dir \(.*/_temporary: Not a "
+                                          r"directory\): --run-dir must be a directory every worker"):
+        check_writable_here(str(blocked / "_temporary"))
+    try:
+        check_writable_here(str(blocked / "_temporary"))
+    except RunDirError as e:
+        assert fails_at_start(e)
 
 
 def test_a_run_starting_while_orphans_are_looked_for_is_never_taken_for_gone():
