@@ -473,6 +473,9 @@ def _execute_locked(job: DistJob, started: float) -> RunReport:
         LOG.warning("%s holds a run none of whose partitions is done: starting it anew",
                     job.run_dir)
         old = None
+    if old is not None and not job.resume and old.get("finished"):
+        raise LmcError(f"{job.run_dir} already holds a finished run (its statistics are in "
+                       f"{STATS}): give a new --run-dir")
     if old is not None and not job.resume:
         raise LmcError(f"{job.run_dir} already holds a run (_manifest.json): use --resume to "
                        "finish it, or a new --run-dir")

@@ -561,7 +561,10 @@ def test_model_crash_then_resume(tmp_path, two_workers):
     lmc_dist(args + ["--resume"])
     assert concatenated(run_dir) == lmc_run(["we"], corpus)
     again = lmc_dist(args, check=False)
-    assert again.returncode == 2 and "already holds a run" in again.stderr.decode()
+    # finished: nothing to --resume (QA: it said to, and --resume printed 0 tokens)
+    assert again.returncode == 2 and again.stderr.decode().endswith(
+        f"lmc-dist: error: {run_dir} already holds a finished run (its statistics are in "
+        "_stats.json): give a new --run-dir\n")
 
 
 @pytest.mark.slow

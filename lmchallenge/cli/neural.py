@@ -99,6 +99,7 @@ def _groups(queries: list, most: int, candidates: int = BATCH_CANDIDATES) -> lis
 
 
 @click.group()
+@click.version_option(package_name="lmchallenge-dist")
 def cli() -> None:
     """Causal transformer language models (Hugging Face directories or GGUF files) for LM
     Challenge: whole-word probabilities and completions from subword tokens."""

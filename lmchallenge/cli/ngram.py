@@ -25,6 +25,7 @@ DEFAULT_CHAR_ORDER = 6
 
 
 @click.group()
+@click.version_option(package_name="lmchallenge-dist")
 def cli() -> None:
     """The built-in n-gram language model of LM Challenge (interpolated modified Kneser-Ney
     word or character n-grams with a per-user cache)."""
