@@ -455,7 +455,7 @@ def execute(job: DistJob) -> RunReport:
     if job.output:
         check_writable(job.output, (job.input, job.game.options.get("vocab")))  # before any work
     if job.game.options.get("vocab") is not None:   # as lmc run reads it: FILE:LINE, at once
-        read_vocabulary(job.game.options["vocab"])
+        read_vocabulary(job.game.options["vocab"], warn=True)
     if job.out_format == "parquet":
         check_parquet_name(os.path.abspath(job.run_dir), "the run dir's path, which its "
                            "Parquet parts' paths hold,", "write jsonl parts (--part-format jsonl)")

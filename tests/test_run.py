@@ -570,3 +570,21 @@ def test_a_python_model_is_run_in_a_with_block_as_lm_challenge_5_does(tmp_path):
         assert result.returncode == 0, result.stderr.decode()
         assert [json.loads(line)["logp"] for line in result.stdout.splitlines()] == [-1.0, -2.0, None]
     assert done.read_text() == "left"
+
+
+def test_a_corpus_given_as_the_wr_word_list_is_warned_about(tmp_path):
+    # QA: `wr CORPUS VOCAB` swapped ran to the end, exit 0: the dictionary read as the corpus
+    # and two JSON lines as the words
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_bytes(lines_of(DATA / "commits" / "rails.test.sample.jsonl", 20))
+    words = tmp_path / "words.txt"
+    words.write_text("the\nlord\nsaid\n")
+    swapped = run_lmc("run", toy_model_command(), "wr", str(corpus), str(words))
+    assert swapped.stderr.decode() == (
+        f"WARNING\t{corpus}: its lines look like JSON, not one word each: is it a corpus? (wr "
+        "takes the word list first: wr VOCAB [CORPUS])\n")
+    text = tmp_path / "c.txt"
+    text.write_text("in the beginning\nand the earth\nthe lord\n")
+    assert b"3 of its 3 lines hold several words: is it a corpus?" in run_lmc(
+        "run", toy_model_command(), "wr", str(text), str(words)).stderr
+    assert run_lmc("run", toy_model_command(), "wr", str(words), str(text)).stderr == b""

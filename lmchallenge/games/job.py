@@ -90,7 +90,7 @@ def execute(job: RunJob) -> int:
     """
     check_writable(job.output, (job.corpus, job.game.options.get("vocab")))
     total, messages = validated_messages(job.corpus, job.corpus_format)
-    game = job.game.build()
+    game = job.game.build(warn=True)
     stdout = sys.stdout
     # what a Python model prints goes to stderr: standard output is the log's (QA: a model's
     # debugging prints made a log on stdout that lmc stats could not read, and the run exit 0)

@@ -31,8 +31,9 @@ class GameSpec:
         if self.name not in GAMES:
             raise ValueError(f"unknown game {self.name!r} (expected one of {GAMES})")
 
-    def build(self) -> Game:
-        """The game object (reads the vocabulary of ``wr``)."""
+    def build(self, warn: bool = False) -> Game:
+        """The game object (reads the vocabulary of ``wr``; with ``warn``, warns if it looks
+        like no word list: :func:`lmchallenge.games.typos.read_vocabulary`)."""
         o = self.options
         if self.name == "wc":
             return WordCompletion(next_word_only=bool(o.get("next_word_only", False)))
@@ -41,7 +42,7 @@ class GameSpec:
         from lmchallenge.games.candidates import CandidateSearch  # imports NumPy: only for wr
         error_model = ErrorModel(p_anykey=float(o.get("p_anykey", ErrorModel.p_anykey)),
                                  error_chars=str(o.get("error_chars", ErrorModel.error_chars)))
-        return WordReranking(CandidateSearch(read_vocabulary(o["vocab"])),
+        return WordReranking(CandidateSearch(read_vocabulary(o["vocab"], warn=warn)),
                              seed=int(o.get("seed", 42)),
                              num_candidates=int(o.get("num_candidates", 100)),
                              error_model=error_model)

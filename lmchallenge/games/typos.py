@@ -17,10 +17,13 @@ partition evaluates it.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import random
 import string
 from dataclasses import dataclass
+
+LOG = logging.getLogger(__name__)
 
 DEFAULT_ERROR_CHARS = string.ascii_letters + "_-#@"
 DEFAULT_P_ANYKEY = 0.1
@@ -68,8 +71,9 @@ def message_rng(seed: int, user: str | int | None, message: int) -> random.Rando
     return random.Random(int.from_bytes(hashlib.sha256(key).digest()[:16], "big"))
 
 
-def read_vocabulary(path: str) -> list[str]:
-    """Read a word list (one word per line, UTF-8, ``.gz`` ok), in file order.
+def read_vocabulary(path: str, warn: bool = False) -> list[str]:
+    """Read a word list (one word per line, UTF-8, ``.gz`` ok), in file order; with
+    ``warn``, warn (logging) when it looks like something else (:func:`unlike_a_word_list`).
 
     Raises:
         InputError: the file cannot be read or is not UTF-8.
@@ -78,6 +82,24 @@ def read_vocabulary(path: str) -> list[str]:
     from lmchallenge.errors import InputError
     try:
         with open_binary(path) as stream:
-            return [text for _, text in decode_lines(stream, path) if text]
+            words = [text for _, text in decode_lines(stream, path) if text]
     except FileNotFoundError:
         raise InputError(path, None, "no such file") from None
+    why = unlike_a_word_list(words) if warn else None
+    if why:
+        LOG.warning("%s: %s", path, why)
+    return words
+
+
+def unlike_a_word_list(words: list[str]) -> str | None:
+    """Why ``words`` (a word list's lines) look like something else than a word list, if
+    they do: a corpus given in its place (QA: ``wr CORPUS VOCAB`` swapped ran to the end,
+    the dictionary taken for the corpus and two JSON lines for the words)."""
+    if words and words[0].startswith("{") and words[0].rstrip().endswith("}"):
+        return ("its lines look like JSON, not one word each: is it a corpus? (wr takes the "
+                "word list first: wr VOCAB [CORPUS])")
+    spaced = sum(1 for word in words if len(word.split()) > 1)
+    if spaced * 2 > len(words):
+        return (f"{spaced} of its {len(words)} lines hold several words: is it a corpus? (wr "
+                "takes the word list first: wr VOCAB [CORPUS])")
+    return None
