@@ -61,6 +61,17 @@ class Message:
     line: int = 0
 
 
+def not_text(start: bytes) -> str | None:
+    """What a file starting with the bytes ``start`` is, if it is a known form that is not
+    UTF-8 text (gzip data, UTF-16 text), with what to do about it; else None."""
+    if start.startswith(GZIP_MAGIC):
+        return "gzip-compressed data, not text: give it as a file named .gz, or decompress it (zcat)"
+    if start.startswith(UTF16_BOMS):
+        return ("UTF-16 text (it starts with a UTF-16 byte order mark), not UTF-8: convert it "
+                "(iconv -f UTF-16 -t UTF-8)")
+    return None
+
+
 def open_binary(path: str) -> contextlib.AbstractContextManager[BinaryIO]:
     """Open ``path`` for reading bytes, gunzipping ``.gz``/``.gzip``; ``-`` is standard input
     (left open when the context ends).
@@ -205,13 +216,9 @@ def decode_lines(stream: Iterable[bytes], path: str, first_line: int = 1) -> Ite
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
-            if number == 1 and raw.startswith(GZIP_MAGIC):
-                raise InputError(path, number, "gzip-compressed data, not text: give it as a "
-                                               "file named .gz, or decompress it (zcat)") from None
-            if number == 1 and raw.startswith(UTF16_BOMS):
-                raise InputError(path, number, "UTF-16 text (it starts with a UTF-16 byte order "
-                                               "mark), not UTF-8: convert it (iconv -f UTF-16 "
-                                               "-t UTF-8)") from None
+            why = not_text(raw) if number == 1 else None
+            if why:
+                raise InputError(path, number, why) from None
             raise InputError(path, number, f"not valid UTF-8 (byte {e.start} of the line)") from None
         if number == 1 and text.startswith(BOM):
             text = text[1:]

@@ -148,7 +148,10 @@ def json_problem(error: ValueError) -> str:
     reason and column, or, for a number Python will not read (an integer of more than 4,300
     digits, ``sys.get_int_max_str_digits``), that."""
     if hasattr(error, "colno"):
-        return f"{error.msg} (column {error.colno})"
+        column = error.colno
+        if error.lineno > 1:    # a line parsed with its newline, cut short: at its end (QA:
+            column = error.doc.find("\n") + 1     # "column 1" where lmc validate said 8)
+        return f"{error.msg} (column {column})"
     if "digits" in str(error):
         return "an integer of more than 4,300 digits"
     return str(error)

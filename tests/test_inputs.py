@@ -607,6 +607,22 @@ def test_a_gzipped_corpus_not_named_gz_is_said_to_be_gzip(tmp_path):
     assert_error(run(LMC, "run", toy_model_command(), "we", stdin=packed), f"<stdin>:1: {message}")
 
 
+@pytest.mark.parametrize("argv", [["stats"], ["stats", "-n", "5"], ["validate"], ["grep", "x"],
+                                  ["pretty"]])
+def test_a_log_on_stdin_that_is_gzip_or_cut_short_is_said_alike_by_every_reader(argv, tmp_path):
+    # QA: lmc stats alone said "-: not UTF-8: invalid start byte at byte 1" for gzip on
+    # stdin, and "(column 1)" for a line cut short where the others said column 8
+    line = b'{"character":0,"logp":-1,"message":0,"target":"a","token":0,"user":null}\n'
+    message = "gzip-compressed data, not text: give it as a file named .gz, or decompress it (zcat)"
+    assert_error(run(LMC, *argv, stdin=gzip.compress(line)), f"-:1: {message}")
+    assert_error(run(LMC, *argv, stdin=b"\xff\xfe" + "a b".encode("utf-16-le")),
+                 "-:1: UTF-16 text (it starts with a UTF-16 byte order mark), not UTF-8: convert "
+                 "it (iconv -f UTF-16 -t UTF-8)")
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(line + line[:24] + b"\n")      # ...,"logp":-1
+    assert_error(run(LMC, *argv, str(cut)), f"{cut}:2: invalid JSON: Expecting ',' delimiter (column 25)")
+
+
 def test_options_that_are_neither_json_nor_a_file_say_so(tmp_path):
     (tmp_path / "bad.json").write_text("{bad")
     missing = run(LMC, "run", "-o", "missing.json", toy_model_command(), "we", stdin=b"a\n")

@@ -30,7 +30,7 @@ import pyarrow.json as pa_json
 
 from lmchallenge.stats import columnar
 from lmchallenge.stats import state as stats
-from lmchallenge.corpus import open_binary, whole_line_blocks
+from lmchallenge.corpus import not_text, open_binary, whole_line_blocks
 from lmchallenge.errors import InputError
 from lmchallenge.logs.files import read_errors
 from lmchallenge.logs.jsonl import load_jsonlines
@@ -113,13 +113,13 @@ def _located(path: str) -> None:
 def _parsed_blocks(path: str, block_bytes: int) -> Iterator[Block]:
     users: str | None = None     # the type of user of the first datum, once read
     with open_binary(path) as stream:
-        for first_line, data in _blocks(stream, block_bytes):
+        for first_line, data in _blocks(stream, block_bytes, path):
             if users is None:
                 users = _fits_schema(data)
             yield Block(first_line, data, _columns(data, users) if users in _PARSE else None)
 
 
-def _blocks(stream: IO[bytes], block_bytes: int) -> Iterator[tuple[int, bytes]]:
+def _blocks(stream: IO[bytes], block_bytes: int, path: str) -> Iterator[tuple[int, bytes]]:
     """``(first line number, bytes)`` of consecutive runs of whole lines of ``stream``, a
     byte order mark at the start left out (as every other reader does:
     :func:`lmchallenge.corpus.decode_lines`; it was an invalid JSON line 1 here only: QA)."""
@@ -127,6 +127,8 @@ def _blocks(stream: IO[bytes], block_bytes: int) -> Iterator[tuple[int, bytes]]:
     for data in whole_line_blocks(stream.read, block_bytes):
         if line == 1 and data.startswith(_BOM):
             data = data[len(_BOM):]
+        if line == 1 and not_text(data):    # said as every reader says it (QA: "not UTF-8:
+            raise InputError(path, 1, not_text(data))     # invalid start byte" from stdin)
         yield line, data
         line += data.count(b"\n")
 
