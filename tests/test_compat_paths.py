@@ -47,3 +47,32 @@ def test_python_m_runs_the_commands():
     kept = subprocess.run([sys.executable, "-m", "lmchallenge.grep", "^in$"], input=run.stdout,
                           capture_output=True, check=True, timeout=120)
     assert [json.loads(line)["select"] for line in kept.stdout.splitlines()] == [True, False, False]
+
+
+def test_5_x_scripts_calls_of_humanize_grep_pretty_and_wr_run_unchanged(caplog):
+    # QA: stats.humanize was missing; grep(data=...), pretty.ansi(data=...) and
+    # parse_patterns_all(*patterns) were TypeErrors; an error_config key 5.x ignored was a
+    # TypeError naming ErrorModel.__init__
+    import pytest
+    import lmchallenge as lmc
+
+    class Model(lmc.Model):
+        def predict(self, context, candidates):
+            return [(c, -1.0) for c in (candidates or ["a"])]
+
+    log = list(lmc.we(Model(), ["a b", "b a"]))
+    assert lmc.stats.humanize(lmc.stats.stats(log, human=False)) == lmc.stats.stats(log)
+    by_name = [d["select"] for d in lmc.grep.grep("^b", data=log)]
+    assert by_name == [d["select"] for d in lmc.grep.grep("^b", log)] == [False, True, True, False]
+    both = lmc.grep.parse_patterns_all("^b", "$token=1")
+    assert [both(d) for d in log] == [False, True, False, False]
+    assert [lmc.grep.parse_patterns_all(["^b", "$token=1"])(d) for d in log] == [both(d) for d in log]
+    assert list(lmc.pretty.ansi(data=log)) == list(lmc.pretty.ansi(log))
+    with pytest.raises(TypeError, match=r"grep\(\) takes the log as log \(or data, as in LM "
+                                        r"Challenge 5.x\): both given"):
+        lmc.grep.grep("^b", log, data=log)
+    with caplog.at_level("WARNING"):
+        rows = list(lmc.wr(Model(), ["one two"], ["one", "two"],
+                           error_config={"p_anykey": 0.1, "error_chars": "x", "note": "run 3"}))
+    assert len(rows) == 2
+    assert "wr: error_config keys ignored: 'note' (it takes p_anykey and error_chars)" in caplog.text

@@ -32,7 +32,7 @@ from functools import lru_cache
 import regex
 
 from lmchallenge.errors import InputError, LmcError
-from lmchallenge.logs.io import read_log
+from lmchallenge.logs.io import log_argument, read_log
 from lmchallenge.tokenize import emoji_sequences
 from lmchallenge.logs.schema import Datum
 
@@ -118,13 +118,15 @@ def parse_pattern(pattern: str) -> Predicate:
     return _target_contains(_compile(pattern, pattern))
 
 
-def parse_patterns_all(patterns: Sequence[str]) -> Predicate:
-    """One predicate that holds when every pattern of ``patterns`` matches.
+def parse_patterns_all(*patterns: str | Sequence[str]) -> Predicate:
+    """One predicate that holds when every pattern matches: the patterns given one per
+    argument (as in LM Challenge 5.x), or as sequences of patterns, or both.
 
     Raises:
         PatternError: as ``parse_pattern``.
     """
-    predicates = [parse_pattern(p) for p in patterns]
+    flat = [p for group in patterns for p in ([group] if isinstance(group, str) else group)]
+    predicates = [parse_pattern(p) for p in flat]
     return lambda datum: all(p(datum) for p in predicates)
 
 
@@ -173,13 +175,14 @@ KEEPERS: dict[str, Callable[[Iterable[Datum]], Iterator[Datum]]] = {
 }
 
 
-def grep(pattern: str, log: Iterable[Datum] | str, keep: str = "all",
-         and_patterns: Sequence[str] = ()) -> Iterator[Datum]:
+def grep(pattern: str, log: Iterable[Datum] | str | None = None, keep: str = "all",
+         and_patterns: Sequence[str] = (), *, data: Iterable[Datum] | str | None = None) -> Iterator[Datum]:
     """Select the tokens of ``log`` matching ``pattern`` and every one of ``and_patterns``.
 
     Args:
         pattern: a pattern of the grammar in this module's docstring.
         log: datums, or a path of any log form ``lmchallenge.logs.io.read_log`` reads.
+        data: the same, by LM Challenge 5.x's name for it (give one of the two).
         keep: ``"all"`` (every datum, tagged), ``"message"`` (messages holding a selected
             token) or ``"token"`` (selected datums only).
         and_patterns: more patterns that must all match too.
@@ -188,9 +191,11 @@ def grep(pattern: str, log: Iterable[Datum] | str, keep: str = "all",
     Raises:
         PatternError: a pattern cannot be parsed (raised before any datum is read).
         ValueError: ``keep`` is not one of ``all``, ``message``, ``token``.
+        TypeError: both ``log`` and ``data`` given, or neither.
     """
+    log = log_argument(log, data, "grep")
     if keep not in KEEPERS:
         raise ValueError(f"keep must be one of {', '.join(KEEP_CHOICES)}, not {keep!r}")
-    predicate = parse_patterns_all([pattern, *and_patterns])
+    predicate = parse_patterns_all(pattern, and_patterns)
     data = read_log(log) if isinstance(log, str) else log
     return KEEPERS[keep](select(data, predicate, log if isinstance(log, str) else "<log>"))

@@ -43,7 +43,7 @@ from typing import Any
 
 from lmchallenge.errors import InputError, LmcError
 from lmchallenge.analysis.grep import is_selected
-from lmchallenge.logs.io import read_log
+from lmchallenge.logs.io import log_argument, read_log
 from lmchallenge.logs.schema import PAYLOAD_COLUMNS, Datum, payload_games
 from lmchallenge.stats.outcomes import rank_of
 from lmchallenge.stats.outcomes import typed_characters as outcomes_typed_characters
@@ -329,12 +329,13 @@ def log_name(log: Iterable[Datum] | str) -> str:
     return ("<stdin>" if log == "-" else log) if isinstance(log, str) else "<log>"
 
 
-def ansi(log: Iterable[Datum] | str, entropy_interval: float = 10.0,
-         challenge: str = "auto") -> Iterator[str]:
+def ansi(log: Iterable[Datum] | str | None = None, entropy_interval: float = 10.0,
+         challenge: str = "auto", *, data: Iterable[Datum] | str | None = None) -> Iterator[str]:
     """ANSI-coloured lines, one per message, of an LM Challenge log.
 
     Args:
         log: datums, or a path of any log form (:func:`lmchallenge.logs.io.read_log`).
+        data: the same, by LM Challenge 5.x's name for it (give one of the two).
         entropy_interval: the ``-logp`` range (nats, as the log's ``logp``) spread over
             the five entropy colour bands.
         challenge: ``auto`` (from the first token), ``completion``, ``entropy`` or
@@ -343,7 +344,9 @@ def ansi(log: Iterable[Datum] | str, entropy_interval: float = 10.0,
         An iterator of lines without newlines.
     Raises:
         LmcError: the game cannot be told from the log.
+        TypeError: both ``log`` and ``data`` given, or neither.
     """
+    log = log_argument(log, data, "ansi")
     data = as_data(log)
     renderer = make_renderer(game_of(data, challenge, log_name(log)), data, entropy_interval)
     return render_ansi(data, renderer)

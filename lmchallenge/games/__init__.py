@@ -7,6 +7,7 @@ Each takes a model (any object with ``predict``/``train``/``clear``, see
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -18,6 +19,7 @@ from lmchallenge.games.wc import WordCompletion
 from lmchallenge.games.wr import WordReranking
 
 Log = Iterator[dict[str, Any]]
+LOG = logging.getLogger(__name__)
 
 
 def wc(model: Any, data: Iterable[Any], train: bool = False, next_word_only: bool = False) -> Log:
@@ -43,14 +45,24 @@ def wr(model: Any, data: Iterable[Any], vocab: Iterable[str], train: bool = Fals
         vocab: the words candidates are drawn from, in order (ties go to earlier words).
         seed: seeds each message's corruption together with its user and message number.
         num_candidates: most candidates per token.
-        error_config: an :class:`ErrorModel` or a dict ``{"p_anykey", "error_chars"}``.
+        error_config: an :class:`ErrorModel` or a dict ``{"p_anykey", "error_chars"}`` (other
+            keys are ignored with a warning, as LM Challenge 5.x ignored them silently).
     """
     from lmchallenge.games.candidates import CandidateSearch  # imports NumPy: only for wr
     if isinstance(error_config, dict):
-        error_config = ErrorModel(**error_config)
+        error_config = _error_model(error_config)
     game = WordReranking(CandidateSearch(vocab), seed=seed, num_candidates=num_candidates,
                          error_model=error_config or ErrorModel())
     return run_game(game, model, messages_from_data(data), train)
+
+
+def _error_model(config: dict[str, Any]) -> ErrorModel:
+    known = {"p_anykey", "error_chars"}
+    ignored = sorted(set(config) - known, key=str)
+    if ignored:     # QA: a TypeError naming ErrorModel.__init__ for a key 5.x ignored
+        LOG.warning("wr: error_config keys ignored: %s (it takes p_anykey and error_chars)",
+                    ", ".join(map(repr, ignored)))
+    return ErrorModel(**{key: value for key, value in config.items() if key in known})
 
 
 __all__ = ["wc", "we", "ce", "wr", "Game", "run_game", "WordCompletion", "Entropy",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from lmchallenge.logs.files import file_form, log_form, run_dir_parts
 from lmchallenge.logs.jsonl import dump_jsonlines, load_jsonlines
@@ -24,6 +25,19 @@ def read_log(path: str) -> Iterator[Datum]:
         from lmchallenge.logs import parquet  # imports pyarrow: only for Parquet
         return parquet.iter_parquet(path)
     return load_jsonlines(path)
+
+
+def log_argument(log: Any, data: Any, function: str) -> Any:
+    """The log given to the analysis function named ``function`` as ``log``, or as ``data``,
+    the name LM Challenge 5.x gave that argument (so that its scripts run unchanged).
+
+    Raises:
+        TypeError: both or neither given.
+    """
+    if (log is None) == (data is None):
+        raise TypeError(f"{function}() takes the log as log (or data, as in LM Challenge 5.x): "
+                        f"{'both' if log is not None else 'neither'} given")
+    return data if log is None else log
 
 
 def _iter_parts(parts: list[Path]) -> Iterator[Datum]:

@@ -2,10 +2,11 @@
 rules (:mod:`.outcomes`), the column-wise readers (:mod:`.columnar`, :mod:`.columnar_jsonl`), the
 wr mixture fit (:mod:`.reranking`), and text output (:mod:`.output`).
 
-As in LM Challenge 5.x, ``lmchallenge.stats.stats(log)`` gives the statistics of a log's datums.
+As in LM Challenge 5.x, ``lmchallenge.stats.stats(log)`` gives the statistics of a log's datums,
+and ``humanize(stats(log, human=False))`` the same from its raw sums.
 """
 
 from lmchallenge.stats.compute import state_of, state_of_log, stats
-from lmchallenge.stats.state import StatsState, state_of_lines
+from lmchallenge.stats.state import StatsState, humanize, state_of_lines
 
-__all__ = ["stats", "state_of", "state_of_log", "state_of_lines", "StatsState"]
+__all__ = ["stats", "humanize", "state_of", "state_of_log", "state_of_lines", "StatsState"]
