@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import DATA, PYTHON, REFERENCE_LMC
+from conftest import DATA, PYTHON, REFERENCE_LMC, lmc_command
 from lmchallenge.errors import InputError, LmcError
 from lmchallenge.model import ngram
 from lmchallenge.model.ngram import NgramModel, load_tables, save_tables, train_tables
@@ -667,8 +667,9 @@ def test_large_vocabulary_high_order_uses_column_codes_and_stays_normalised(kjv_
 
 
 def test_training_errors():
-    with pytest.raises(LmcError, match="order must be at least 1"):
-        train_tables([["a"]], order=0)
+    for order in (0, 65):   # QA: 65 trained a file that lmc-ngram serve said was damaged
+        with pytest.raises(LmcError, match=f"order must be from 1 to 64, not {order}"):
+            train_tables([["a"]], order=order)
     with pytest.raises(LmcError, match="no word occurs at least 5 times"):
         train_tables([["a", "b"]], order=2, min_count=5)
 
@@ -720,3 +721,51 @@ def test_train_creates_the_output_directory(tmp_path):
                              "-o", str(output)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert output.stat().st_size > 0
+
+
+@pytest.mark.parametrize("options, why", [
+    ({"cache_weight": 1.5}, "cache_weight must be a number from 0 to below 1, not 1.5"),
+    ({"cache_weight": -1}, "cache_weight must be a number from 0 to below 1, not -1"),
+    ({"cache_halfway": -30}, "cache_halfway must be a number above 0, not -30"),
+    ({"cache_halfway": "50"}, "cache_halfway must be a number above 0, not '50'"),
+    ({"top": 2.7}, "top must be a whole number >= 0, not 2.7"),
+    ({"top": True}, "top must be a whole number >= 0, not True")])
+def test_options_out_of_range_are_refused_in_process_as_lmc_ngram_serve_refuses_them(
+        word_model_file, options, why):
+    # QA: cache_weight 1.5 gave "better" entropies, -1 probabilities summing to 1.6, exit 0
+    with pytest.raises(ValueError, match=f"^{why}$".replace("(", r"\(").replace(")", r"\)")):
+        NgramModel(str(word_model_file), **options)
+    run = subprocess.run([*lmc_command(), "run", "lmchallenge.model.ngram:NgramModel", "-o",
+                          json.dumps({"model": str(word_model_file), **options}), "we"],
+                         input=b"in the beginning\n", capture_output=True, timeout=120)
+    assert run.returncode == 2 and run.stdout == b""
+    assert run.stderr.decode() == ("lmc: error: model 'lmchallenge.model.ngram:NgramModel': raised "
+                                   f"ValueError while starting: {why}\n")
+
+
+def test_a_word_model_refuses_ce_and_a_character_model_the_word_games(word_tables, char_tables,
+                                                                       tmp_path):
+    # QA: both played, exit 0, with figures that meant nothing (a character model's word
+    # probabilities summed to 1.18)
+    word, chars = tmp_path / "word.lm", tmp_path / "chars.lm"
+    save_tables(word_tables, word)
+    save_tables(char_tables, chars)
+    refusals = {"ce": (word, "a word model scores words, not characters: train a character "
+                             "model (lmc-ngram train --chars) for ce")}
+    for game in ("wc", "we"):
+        refusals[game] = (chars, "a character model scores characters, not words: train a word "
+                                 "model (lmc-ngram train without --chars) for the word games")
+    for game, (path, why) in refusals.items():
+        served = subprocess.run([*lmc_command(), "run", f"{PYTHON} -m lmchallenge.cli.ngram serve {path}",
+                                 game], input=b"in the beginning\n", capture_output=True, timeout=120)
+        assert served.returncode == 2 and served.stdout == b""
+        assert f"lmc-ngram: error: {path}: does not play {game}: {why}\n" in served.stderr.decode()
+        inside = subprocess.run([*lmc_command(), "run", "lmchallenge.model.ngram:NgramModel", "-o",
+                                 json.dumps({"model": str(path)}), game], input=b"in the beginning\n",
+                                capture_output=True, timeout=120)
+        assert inside.returncode == 2 and inside.stderr.decode() == (
+            f"lmc: error: model 'lmchallenge.model.ngram:NgramModel': does not play {game}: {why}\n")
+    for game, path in (("ce", chars), ("we", word), ("wc", word)):     # what each plays
+        assert subprocess.run([*lmc_command(), "run", f"{PYTHON} -m lmchallenge.cli.ngram serve {path}",
+                               game], input=b"in the beginning\n", capture_output=True,
+                              timeout=120).returncode == 0

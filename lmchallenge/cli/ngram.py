@@ -10,12 +10,14 @@ Examples::
 
 from __future__ import annotations
 
+import os
 import time
 
 import click
 
+from lmchallenge import tuning
 from lmchallenge.cli.options import FiniteFloatRange, run_command
-from lmchallenge.errors import InputError
+from lmchallenge.errors import InputError, LmcError
 from lmchallenge.logs.files import check_writable, written_in_place
 from lmchallenge.model import ngram
 from lmchallenge.model.serve import serve as serve_model
@@ -35,7 +37,7 @@ def cli() -> None:
 @click.argument("corpus", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Model file to write.")
-@click.option("--order", type=click.IntRange(min=1), default=None,
+@click.option("--order", type=click.IntRange(1, ngram.MAX_ORDER), default=None,
               help=f"n-gram order [default: {DEFAULT_WORD_ORDER} for words, "
                    f"{DEFAULT_CHAR_ORDER} for --chars].")
 @click.option("--chars", is_flag=True, help="A character model (for the ce game).")
@@ -84,8 +86,11 @@ def train(corpus: str, output: str, order: int | None, chars: bool, min_count: i
               help="Cached units at which the cache has half its largest weight.")
 def serve(model: str, top: int, cache_weight: float, cache_halfway: float) -> None:
     """Answer predict/train/clear requests on stdin/stdout (LM Challenge model protocol)."""
-    serve_model(ngram.NgramModel(model, top=top, cache_weight=cache_weight,
-                                    cache_halfway=cache_halfway))
+    lm = ngram.NgramModel(model, top=top, cache_weight=cache_weight, cache_halfway=cache_halfway)
+    game = os.environ.get(tuning.GAME_VARIABLE)
+    if game in lm.refuses:   # told by lmc run or lmc-dist
+        raise LmcError(f"{model}: does not play {game}: {lm.refuses[game]}")
+    serve_model(lm)
 
 
 def main(argv: list[str] | None = None) -> None:

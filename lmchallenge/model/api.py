@@ -35,8 +35,10 @@ class Model:
     has one; else 64) a call.  Models are context managers.
 
     A class may name the games it does not play in :attr:`refuses`; ``lmc run`` and
-    ``lmc-dist`` then refuse to start them with it, before it is made (a shell model reads
-    the game from ``LMC_GAME`` in its environment instead: docs/formats.md).
+    ``lmc-dist`` then refuse to start them with it, before it is made, and again once it is
+    made if the model sets its own ``refuses`` (what it plays may depend on what it loaded:
+    :class:`lmchallenge.model.ngram.NgramModel`).  A shell model reads the game from
+    ``LMC_GAME`` in its environment instead (docs/formats.md).
     """
 
     refuses: Mapping[str, str] = MappingProxyType({})

@@ -99,6 +99,9 @@ TOP_MEMO = 1 << 13
 """(history, prefix) pairs whose predictions an :class:`NgramModel` remembers until its cache
 changes, the most recently used (about 20 MB with 20 predictions each): of ``wc``'s prediction
 queries on 1,000 KJV lines, 37% repeat a pair."""
+MAX_ORDER = 64
+"""The highest n-gram order a model file may have (a history's ids are packed in int64 keys
+order by order; higher orders are of no use for these corpora anyway)."""
 LONG_STRETCH = 64
 """Code points after a context's last whitespace (or from its start, where it has none) that
 :class:`NgramModel` tokenizes from there at each query; a longer stretch (a line of emoji
@@ -419,8 +422,8 @@ def train_tables(lines: Iterable[Sequence[str]], order: int = 3, unit: str = "wo
     Raises:
         LmcError: ``order`` < 1, ``min_count`` < 1, or no unit reaches ``min_count``.
     """
-    if order < 1:
-        raise LmcError(f"n-gram order must be at least 1, not {order}")
+    if not 1 <= order <= MAX_ORDER:    # beyond it, a model file load_tables refuses (QA)
+        raise LmcError(f"n-gram order must be from 1 to {MAX_ORDER}, not {order}")
     if min_count < 1:
         raise LmcError(f"min count must be at least 1, not {min_count}")
     if unit not in UNITS:
@@ -567,8 +570,8 @@ def _header_problem(header: Any, data_bytes: int) -> str | None:
     order, specs = header.get("order"), header.get("arrays")
     if header.get("unit") not in UNITS:
         return f"unit {header.get('unit')!r} is not one of {', '.join(UNITS)}"
-    if isinstance(order, bool) or not isinstance(order, int) or not 1 <= order <= 64:
-        return f"order {order!r} is not a whole number from 1 to 64"
+    if isinstance(order, bool) or not isinstance(order, int) or not 1 <= order <= MAX_ORDER:
+        return f"order {order!r} is not a whole number from 1 to {MAX_ORDER}"
     if not isinstance(header.get("meta"), dict):
         return "its header has no meta object"
     if not isinstance(specs, dict) or set(specs) != set(_array_names(order)):
@@ -772,6 +775,30 @@ class _Anchor:
     history: list[str]
 
 
+def check_options(top: Any, cache_weight: Any, cache_halfway: Any) -> None:
+    """Raise ValueError unless ``top`` is a whole number >= 0, ``cache_weight`` a float in
+    [0, 1) and ``cache_halfway`` a float > 0 (:class:`NgramModel`'s options)."""
+    if isinstance(top, bool) or not isinstance(top, int) or top < 0:
+        raise ValueError(f"top must be a whole number >= 0, not {top!r}")
+    for name, value, fits, what in (
+            ("cache_weight", cache_weight, lambda v: 0 <= v < 1, "from 0 to below 1"),
+            ("cache_halfway", cache_halfway, lambda v: v > 0, "above 0")):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not fits(value):
+            raise ValueError(f"{name} must be a number {what}, not {value!r}")
+
+
+def refusals(unit: str) -> dict[str, str]:
+    """The games a model of ``unit`` (``word`` or ``char``) does not play, each with why
+    (:attr:`lmchallenge.model.api.Model.refuses`; QA: a word model in ``ce`` and a
+    character model in ``we`` gave figures that meant nothing, exit 0)."""
+    if unit == "word":
+        return {"ce": "a word model scores words, not characters: train a character model "
+                      "(lmc-ngram train --chars) for ce"}
+    why = ("a character model scores characters, not words: train a word model (lmc-ngram "
+           "train without --chars) for the word games")
+    return {game: why for game in ("wc", "we", "wr")}
+
+
 class NgramModel(Model):
     """An :class:`NgramTables` model answering the LM Challenge model API.
 
@@ -793,18 +820,27 @@ class NgramModel(Model):
     Scores are natural-log probabilities normalised over the vocabulary plus the cached
     units.  Results are sorted by decreasing score, ties by text.
 
+    A word model does not play ``ce``, a character model none of the word games
+    (:attr:`refuses`, set from the model file: :func:`refusals`).
+
     Args:
         model: path of a model file (or tables already loaded).
-        top: how many predictions to return without candidates.
-        cache_weight: largest mixture weight of the per-user cache (0 disables it).
-        cache_halfway: cached units at which the cache weight is half of ``cache_weight``.
+        top: how many predictions to return without candidates (a whole number >= 0).
+        cache_weight: largest mixture weight of the per-user cache, in [0, 1) (0 disables
+            it).
+        cache_halfway: cached units at which the cache weight is half of ``cache_weight``
+            (> 0).
     Raises:
         InputError: the model file cannot be read.
+        ValueError: an option out of its range (``lmc-ngram serve``'s limits: QA, a
+            ``cache_weight`` of 1.5 gave "better" entropies, -1 probabilities summing to 1.6).
     """
 
     def __init__(self, model: str | os.PathLike | NgramTables, top: int = 20,
                  cache_weight: float = 0.05, cache_halfway: float = 50.0):
+        check_options(top, cache_weight, cache_halfway)
         self.tables = model if isinstance(model, NgramTables) else load_tables(model)
+        self.refuses = refusals(self.tables.unit)
         self.top = int(top)
         self.cache = UnigramCache(weight=float(cache_weight), halfway=float(cache_halfway))
         self._tokenizer = word_tokenizer() if self.tables.unit == "word" else None

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -107,9 +108,10 @@ def construct(spec: str, options: dict[str, Any], game: str | None = None) -> An
 
     Raises:
         ModelError: it cannot be loaded, refuses ``game`` (its ``refuses``:
-            :attr:`lmchallenge.model.api.Model.refuses`; before it is made), does not take
-            these options, or raised while being made (naming the exception's type and
-            message; a ModelError of its own, which names the model already, as it is).
+            :attr:`lmchallenge.model.api.Model.refuses`; before it is made, and again once
+            made, for a model whose games depend on what it loaded), does not take these
+            options, or raised while being made (naming the exception's type and message; a
+            ModelError of its own, which names the model already, as it is).
     """
     import inspect  # only for Python models: a slow import
 
@@ -127,7 +129,13 @@ def construct(spec: str, options: dict[str, Any], game: str | None = None) -> An
         except TypeError as e:
             raise ModelError(spec, f"does not take the options {json.dumps(options)}: {e} "
                              f"(it takes {signature})", stderr_tail=None) from None
-    return started(spec, factory, options)
+    made = started(spec, factory, options)
+    why = _refusal(made, game)
+    if why is not None:     # an n-gram model file is of words or of characters
+        with contextlib.suppress(Exception):
+            close_model(made)
+        raise ModelError(spec, f"does not play {game}: {why}", stderr_tail=None)
+    return made
 
 
 def started(name: str, factory: Callable[..., Any], options: dict[str, Any]) -> Any:
@@ -195,7 +203,8 @@ class PredictorSpec:
 
 
 def _refusal(factory: Any, game: str | None) -> str | None:
-    """Why the model class ``factory`` does not play ``game``, if it says so in ``refuses``."""
+    """Why the model class ``factory`` (or a model made) does not play ``game``, if it says
+    so in ``refuses``."""
     refuses = getattr(factory, "refuses", None)
     if game is None or not isinstance(refuses, Mapping):
         return None
