@@ -787,6 +787,7 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], ma
                disable=not (sys.stderr.isatty() if job.progress is None else job.progress))
     tokens = 0
     start = time.monotonic()
+    saver = mf.Saver(job.run_dir)
     try:
         for future in _watching_workers(client, job, as_completed(list(futures))):
             index = futures[future]
@@ -809,7 +810,7 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], ma
                 entry.update(state="done", rows=summary["rows"], bytes=summary["bytes"],
                              elapsed=summary["elapsed"], began=summary["began"],
                              worker=summary["worker"], error=None)
-            mf.save(job.run_dir, manifest)
+            saver.changed(manifest)
             bar.update(1)
             rate = tokens / max(1e-9, time.monotonic() - start)
             bar.set_postfix_str(f"{tokens} tok, {rate:,.0f} tok/s", refresh=False)
@@ -828,6 +829,7 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], ma
                        "cluster is back") from None
     finally:
         bar.close()
+    saver.flush(manifest)
     return outcomes, errors, set(outcomes) - ended
 
 

@@ -1,9 +1,11 @@
 """The run directory's ``_manifest.json``: what a run is and which partitions are finished.
 
-It is rewritten atomically (by the client, the run dir's one writer) as soon as the client
-learns that a partition has finished; the partition's file in ``_temporary/`` is the record
-itself (:mod:`lmchallenge.logs.rundir`), so even a client killed before it could save the manifest
-loses no finished partition, and ``--resume`` runs only what is missing.
+It is rewritten atomically (by the client, the run dir's one writer) as the client learns
+that partitions have finished (:class:`Saver`: at once while a save is cheap, and no more
+than a tenth of the client's time once the manifest is large); the partition's file in
+``_temporary/`` is the record itself (:mod:`lmchallenge.logs.rundir`), so even a client
+killed before it could save the manifest loses no finished partition, and ``--resume`` runs
+only what is missing.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import time
 import uuid
 from datetime import datetime, timezone
 from importlib import metadata
@@ -152,11 +155,61 @@ def load(run_dir: str) -> Manifest | None:
 
 
 def save(run_dir: str, manifest: Manifest) -> None:
-    """Write the manifest atomically."""
+    """Write the manifest atomically (:func:`text`)."""
     with atomic_path(os.path.join(run_dir, MANIFEST)) as tmp:
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=1, sort_keys=True)
-            f.write("\n")
+            f.write(text(manifest))
+
+
+def text(manifest: Manifest) -> str:
+    """The manifest as JSON: its fields one a line (keys sorted), then ``partitions``, one
+    record a line.  JSON with ``indent`` is encoded in pure Python: 0.10 s for 10,000
+    partitions, against 0.04 s for records encoded one by one by the C encoder."""
+    head = json.dumps({k: v for k, v in manifest.items() if k != "partitions"}, indent=1,
+                      sort_keys=True)
+    rows = ",\n".join("  " + json.dumps(p, sort_keys=True) for p in manifest.get("partitions", []))
+    opening = head[:-2] + ",\n" if head != "{}" else "{\n"
+    return f'{opening} "partitions": [\n{rows}\n ]\n}}\n'
+
+
+class Saver:
+    """Saves a run's manifest as its partitions end, so that a save costs no more than a
+    :attr:`share` of the client's time: after a save that took ``t`` seconds, the next
+    waits until ``t * (1 / share - 1)`` seconds have passed (QA: with 5,500 partitions, a
+    save of the whole manifest each time a partition ended took the client all its time, so
+    that the run never finished and the manifest trailed the finished files by thousands).
+    A small manifest (a few ms to save) is saved as each partition ends.
+
+    Attributes:
+        pending: a change not saved yet (:meth:`flush` saves it).
+    """
+
+    share = 0.1
+
+    def __init__(self, run_dir: str) -> None:
+        self.run_dir = run_dir
+        self.pending = False
+        self._next = 0.0     # time.monotonic() after which a change is saved at once
+
+    def changed(self, manifest: Manifest) -> None:
+        """``manifest`` changed: saved now, or at a later change or :meth:`flush`."""
+        if time.monotonic() >= self._next:
+            self.save(manifest)
+        else:
+            self.pending = True
+
+    def flush(self, manifest: Manifest) -> None:
+        """Save a pending change."""
+        if self.pending:
+            self.save(manifest)
+
+    def save(self, manifest: Manifest) -> None:
+        """Save ``manifest`` now."""
+        began = time.monotonic()
+        save(self.run_dir, manifest)
+        ended = time.monotonic()
+        self._next = ended + (ended - began) * (1 / self.share - 1)
+        self.pending = False
 
 
 def check_resumable(old: Manifest, new: Manifest) -> None:

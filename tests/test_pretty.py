@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from lmchallenge.analysis import pretty as P
 from lmchallenge.errors import LmcError
 from lmchallenge.logs.jsonl import load_jsonlines
+from conftest import lmc_command
 
 DATA = Path(__file__).resolve().parent / "data" / "pretty"
 REFERENCE_LMC = Path(os.environ.get("LMC_REFERENCE_VENV", "/opt/lmcref")) / "bin" / "lmc"
@@ -326,3 +327,41 @@ def test_token_details_show_the_user_as_json():
     shown = [dict(position_rows({"user": user, "message": 0, "token": 1, "character": 4,
                                  "target": "book"}))["user"] for user in (None, "7", 7, "null", "é")]
     assert shown == ["null", '"7"', "7", '"null"', '"é"']
+
+
+def test_ansi_lines_come_as_the_log_is_read_not_after_it():
+    # QA: the whole log was held (832 MB for 1M tokens; 17M would have taken 14 GB)
+    read = []
+
+    def log():
+        for m in range(1000):
+            read.append(m)
+            yield we("a", -1.0, message=m)
+
+    lines = P.ansi(log())
+    next(lines)
+    assert len(read) <= 2        # the first message, and the datum that ends it
+    assert len(list(lines)) == 999
+    bad = [we("a", -1.0), we("b", -1.0, message=1), {"user": None}]    # the third no datum
+    lines = P.ansi(bad)
+    assert next(lines)           # what came before the bad datum is shown, then the error
+    with pytest.raises(LmcError, match=r"^<log>:3: "):
+        list(lines)
+
+
+def test_html_pages_of_more_tokens_than_max_tokens_are_refused(tmp_path):
+    # QA: a page of 210k tokens was 56 MB and took 730 MB to make; of 17M, out of memory
+    from lmchallenge.cli import cli
+    path = str(DATA / "kjv.o2.we.jsonl")
+    tokens = sum(1 for _ in load_jsonlines(path))
+    for argv in (["pretty", "-o", "html", "--max-tokens", "10", path],
+                 ["diff", "-o", "html", "--max-tokens", "10", path, path]):
+        result = subprocess.run([*lmc_command(), *argv], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2 and result.stdout == ""
+        assert result.stderr == (
+            f"lmc: error: {path}: more than 10 tokens for one HTML page (about 0 MB: a browser "
+            "cannot open pages much larger): show fewer (lmc grep -k message PATTERN, or head -n "
+            "on a jsonl log), use ansi output, or raise --max-tokens\n")
+    for limit in (str(tokens), "0"):    # as many as the log holds, or no limit
+        assert CliRunner().invoke(cli, ["pretty", "-o", "html", "--max-tokens", limit, path]).exit_code == 0
+    assert P.PAGE_TOKENS == 100_000

@@ -915,3 +915,38 @@ def test_a_run_stopped_after_its_commit_says_it_is_complete(tmp_path):
         f"in _stats.json); if {fifo} is not there, write it with `lmc convert {run_dir} -o "
         f"{fifo}`\n"), err.decode()
     assert lmc("stats", str(run_dir)).returncode == 0
+
+
+def test_the_manifest_is_saved_as_partitions_end_within_a_tenth_of_the_time(tmp_path, monkeypatch):
+    # QA: with 5,500 partitions the whole manifest, saved each time a partition ended, took
+    # the client all its time (the run never ended; the manifest trailed by thousands)
+    from lmc_dist import manifest as mf
+    manifest = {"game": "we", "run": "r", "partitions": [
+        {"index": i, "state": "pending", "file": f"part-{i:05d}.parquet"} for i in range(3)]}
+    assert json.loads(mf.text(manifest)) == manifest
+    assert json.loads(mf.text({"partitions": []})) == {"partitions": []}
+    clock = [100.0]
+    saved = []
+
+    def slow_save(run_dir, m):        # each save takes 1 s of the clock
+        clock[0] += 1.0
+        saved.append(json.loads(mf.text(m)))
+
+    monkeypatch.setattr(mf.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(mf, "save", slow_save)
+    saver = mf.Saver(str(tmp_path))
+    for i in range(3):
+        manifest["partitions"][i]["state"] = "done"
+        saver.changed(manifest)       # the first saved at once; the next 9 s later at the soonest
+        clock[0] += 2.0
+    assert len(saved) == 1 and saver.pending
+    clock[0] += 5.0                   # 10 s after the first save ended
+    saver.changed(manifest)
+    assert len(saved) == 2 and not saver.pending
+    assert saved[-1] == manifest
+    manifest["finished"] = "now"
+    saver.changed(manifest)
+    saver.flush(manifest)
+    assert saved[-1] == manifest and len(saved) == 3
+    saver.flush(manifest)             # nothing pending: no save
+    assert len(saved) == 3

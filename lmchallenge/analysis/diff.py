@@ -187,13 +187,9 @@ def make_diff_renderer(game: str | None, zipped: Sequence[Datum], interval: floa
     return (lambda d: [(d["target"], pretty.DEFAULT)]), None
 
 
-def _load(log: Iterable[Datum] | str) -> list[Datum]:
-    return pretty.as_data(log)
-
-
 def _prepare(baseline: Iterable[Datum] | str, log: Iterable[Datum] | str,
-             challenge: str) -> tuple[list[Datum], str | None]:
-    baseline_data, log_data = _load(baseline), _load(log)
+             challenge: str, most: int | None = None) -> tuple[list[Datum], str | None]:
+    baseline_data, log_data = pretty.as_data(baseline, most), pretty.as_data(log, most)
     try:
         zipped = zip_logs(baseline_data, log_data)
     except LogMismatchError:    # a line that is no log datum is named as such, first
@@ -277,14 +273,17 @@ DIFF_LEGENDS = {
 
 def html(baseline: Iterable[Datum] | str, log: Iterable[Datum] | str,
          entropy_interval: float = 10.0, float_format: str = ".4g",
-         challenge: str = "auto") -> str:
+         challenge: str = "auto", max_tokens: int | None = pretty.PAGE_TOKENS) -> str:
     """One self-contained HTML page of how LOG differs from BASELINE (see :func:`ansi`);
     a clicked token shows both logs' details, the summary both logs' statistics.
 
+    Args:
+        max_tokens: refuse logs of more tokens (None: no limit).
     Raises:
         LogMismatchError: the logs are not of the same data.
+        LmcError: a log has more than ``max_tokens`` (:func:`lmchallenge.analysis.pretty.as_data`).
     """
-    zipped, game = _prepare(baseline, log, challenge)
+    zipped, game = _prepare(baseline, log, challenge, max_tokens)
     renderer, models = make_diff_renderer(game, zipped, entropy_interval)
     describe = _describe_factory(game, models, float_format, entropy_interval)
     summary = ({name: pretty.summary_stats(_unzip(zipped, name), float_format) for name in NAMES}

@@ -257,6 +257,12 @@ def check_data(data: Sequence[Datum], game: str | None, name: str) -> None:
     """Raise ``InputError`` (``NAME:N: ...``, N counting datums from 1) for the first datum
     of ``data`` that ``lmc validate`` refuses or that lacks the payload of ``game`` (a log
     of another game, or of several)."""
+    for _ in checked(data, game, name):
+        pass
+
+
+def checked(data: Iterable[Datum], game: str | None, name: str) -> Iterator[Datum]:
+    """The datums of ``data``, each checked as it comes (:func:`check_data`)."""
     from lmchallenge.analysis.validate import problem
 
     keys = PAYLOAD_COLUMNS.get(game or "", ())
@@ -268,6 +274,7 @@ def check_data(data: Sequence[Datum], game: str | None, name: str) -> None:
             reason = f"no {'/'.join(keys)}: a {shown} datum in a log shown as {game}"
         if reason is not None:
             raise InputError(name, n, reason)
+        yield datum
 
 
 def make_renderer(game: str | None, data: Sequence[Datum], entropy_interval: float) -> Renderer:
@@ -319,9 +326,31 @@ def render_ansi(data: Iterable[Datum], renderer: Renderer) -> Iterator[str]:
         yield out.getvalue()
 
 
-def as_data(log: Iterable[Datum] | str) -> list[Datum]:
-    """The datums of ``log`` (datums, or a path of any log form) as a list."""
-    return list(read_log(log) if isinstance(log, str) else log)
+def as_data(log: Iterable[Datum] | str, most: int | None = None) -> list[Datum]:
+    """The datums of ``log`` (datums, or a path of any log form) as a list.
+
+    Args:
+        most: at most this many datums, or None.
+    Raises:
+        LmcError: ``log`` holds more than ``most`` (:data:`PAGE_TOKENS`): read no further.
+    """
+    data = read_log(log) if isinstance(log, str) else log
+    if most is None:
+        return list(data)
+    held = list(itertools.islice(data, most + 1))
+    if len(held) > most:
+        raise LmcError(f"{log_name(log)}: more than {most:,} tokens for one HTML page (about "
+                       f"{PAGE_BYTES_PER_TOKEN * most // 10**6} MB: a browser cannot open pages "
+                       "much larger): show fewer (lmc grep -k message PATTERN, or head -n on a "
+                       "jsonl log), use ansi output, or raise --max-tokens")
+    return held
+
+
+PAGE_TOKENS = 100_000
+"""Tokens an HTML page shows at most by default (``--max-tokens``): QA, a page of 210k
+tokens was 56 MB and took 730 MB to make; of 17M tokens, it ran out of memory."""
+PAGE_BYTES_PER_TOKEN = 270
+"""About what a token adds to an HTML page (we: 56 MB for 210k tokens)."""
 
 
 def log_name(log: Iterable[Datum] | str) -> str:
@@ -341,15 +370,25 @@ def ansi(log: Iterable[Datum] | str | None = None, entropy_interval: float = 10.
         challenge: ``auto`` (from the first token), ``completion``, ``entropy`` or
             ``reranking``.
     Returns:
-        An iterator of lines without newlines.
+        An iterator of lines without newlines: a message's line as soon as its datums are
+        read (QA: a log of 1M tokens took 832 MB, of 17M it would have taken 14 GB), except
+        for ``wr``, whose mixture is fitted on the whole log first.
     Raises:
-        LmcError: the game cannot be told from the log.
+        LmcError: the game cannot be told from the log; a datum ``lmc validate`` refuses,
+            or of another game (for ``wr`` before any line, else when it is reached).
         TypeError: both ``log`` and ``data`` given, or neither.
     """
     log = log_argument(log, data, "ansi")
-    data = as_data(log)
-    renderer = make_renderer(game_of(data, challenge, log_name(log)), data, entropy_interval)
-    return render_ansi(data, renderer)
+    name = log_name(log)
+    stream = iter(read_log(log) if isinstance(log, str) else log)
+    first = next(stream, None)
+    game = GAME_OF_CHALLENGE[challenge] if challenge != "auto" else detect_game(first)
+    datums = itertools.chain([] if first is None else [first], stream)
+    if game == "wr":
+        held = list(datums)
+        check_data(held, game, name)
+        return render_ansi(held, make_renderer(game, held, entropy_interval))
+    return render_ansi(checked(datums, game, name), make_renderer(game, [], entropy_interval))
 
 
 # --- HTML -------------------------------------------------------------------------------
@@ -604,7 +643,7 @@ def render_page(page: Page) -> str:
 
 
 def html(log: Iterable[Datum] | str, entropy_interval: float = 10.0, float_format: str = ".4g",
-         challenge: str = "auto") -> str:
+         challenge: str = "auto", max_tokens: int | None = PAGE_TOKENS) -> str:
     """One self-contained HTML page showing an LM Challenge log.
 
     Args:
@@ -612,12 +651,13 @@ def html(log: Iterable[Datum] | str, entropy_interval: float = 10.0, float_forma
         entropy_interval: as :func:`ansi`.
         float_format: Python format spec of numbers on the page.
         challenge: as :func:`ansi`.
+        max_tokens: refuse a log of more tokens (None: no limit).
     Returns:
         The HTML document (no external URL; works offline).
     Raises:
-        LmcError: the game cannot be told from the log.
+        LmcError: the game cannot be told from the log, or it has more than ``max_tokens``.
     """
-    data = as_data(log)
+    data = as_data(log, max_tokens)
     return render_page(build_page(data, game_of(data, challenge, log_name(log)), entropy_interval,
                                   float_format))
 

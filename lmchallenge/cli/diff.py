@@ -15,11 +15,12 @@ from lmchallenge.cli.options import html_float_format, page_options, partial_opt
               "The logp difference range spread over the entropy colours (we/ce).")
 @partial_option
 def cli(baseline: str, log: str, verbose: int, challenge: str, output: str,
-        entropy_interval: float, float_format: str) -> None:
+        entropy_interval: float, float_format: str, max_tokens: int) -> None:
     """Compare LOG with BASELINE, two logs of the same text (any log form), token by token."""
     if output == "html":
         click.echo(html(baseline, log, entropy_interval=entropy_interval,
-                        float_format=html_float_format(float_format), challenge=challenge))
+                        float_format=html_float_format(float_format), challenge=challenge,
+                        max_tokens=max_tokens or None))
     else:
         for line in ansi(baseline, log, entropy_interval=entropy_interval, challenge=challenge):
             click.echo(line, color=True)

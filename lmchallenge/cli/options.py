@@ -98,15 +98,15 @@ def html_float_format(value: str) -> str:
 
 def page_options(shown_as: str, interval_help: str) -> Callable[[Callable], Callable]:
     """The options of the commands that show logs token by token (``lmc pretty``, ``lmc
-    diff``): ``-v``, ``-c/--challenge``, ``-o ansi|html``, ``-i/--entropy-interval`` and
-    ``-m/--float-format``.
+    diff``): ``-v``, ``-c/--challenge``, ``-o ansi|html``, ``-i/--entropy-interval``,
+    ``-m/--float-format`` and ``--max-tokens``.
 
     Args:
         shown_as: the end of ``--challenge``'s help ("Which game to ..."), e.g. "show the log
             as (auto: from its first token)".
         interval_help: the help of ``--entropy-interval``.
     """
-    from lmchallenge.analysis.pretty import CHALLENGES
+    from lmchallenge.analysis.pretty import CHALLENGES, PAGE_TOKENS
 
     options = [
         click.option("-v", "--verbose", default=0, count=True,
@@ -121,6 +121,9 @@ def page_options(shown_as: str, interval_help: str) -> Callable[[Callable], Call
                      help=interval_help),
         click.option("-m", "--float-format", default=".4g", show_default=True,
                      help="Python format of the numbers shown on the HTML page."),
+        click.option("--max-tokens", type=click.IntRange(0), default=PAGE_TOKENS, show_default=True,
+                     help="Refuse an HTML page of more tokens (0: no limit): larger pages are "
+                          "more than a browser opens."),
     ]
 
     def decorate(function: Callable) -> Callable:
