@@ -801,7 +801,7 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], ma
                 if may_stop_early and not succeeded and at_start.stop(index, errors[index]):
                     client.cancel([f for f, i in futures.items() if i not in ended])
                     manifest[STOPPED_EARLY] = True
-                    mf.save(job.run_dir, manifest)
+                    saver.save(manifest)
                     break
             else:
                 succeeded = True
@@ -816,13 +816,13 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], ma
             bar.set_postfix_str(f"{tokens} tok, {rate:,.0f} tok/s", refresh=False)
     except KeyboardInterrupt:
         client.cancel(list(futures))
-        mf.save(job.run_dir, manifest)
+        saver.save(manifest)
         if job.scheduler:
             release_models(client)
         raise
     except (CancelledError, CommClosedError):   # raised above, or by a summary's request to
         # the scheduler as it went away: either way the scheduler is lost
-        mf.save(job.run_dir, manifest)
+        saver.save(manifest)
         done = sum(finished_part(job.run_dir, p["file"]) is not None for p in manifest["partitions"])
         raise LmcError(f"lost {cluster_name(job)} during the run; {done} of {len(tasks)} partitions "
                        f"are done and kept in {job.run_dir}: run again with --resume when the "

@@ -127,8 +127,9 @@ def _blocks(stream: IO[bytes], block_bytes: int, path: str) -> Iterator[tuple[in
     for data in whole_line_blocks(stream.read, block_bytes):
         if line == 1 and data.startswith(_BOM):
             data = data[len(_BOM):]
-        if line == 1 and not_text(data):    # said as every reader says it (QA: "not UTF-8:
-            raise InputError(path, 1, not_text(data))     # invalid start byte" from stdin)
+        why = not_text(data) if line == 1 else None     # said as every reader says it (QA:
+        if why:                                          # "not UTF-8" from stdin)
+            raise InputError(path, 1, why)
         yield line, data
         line += data.count(b"\n")
 
