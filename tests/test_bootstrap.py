@@ -273,6 +273,12 @@ def test_few_groups_with_data_for_a_figure_are_warned_about(tmp_path):
         "interval is rough\n")
     log.write_text(we_rows(30, set(range(30))))
     assert run_lmc("stats", "--confidence", "0.95", str(log)).stderr == b""
+    # few users in all, fewer with scores: one line for each (it said "only 5 of 5 users")
+    log.write_text(we_rows(5, {0, 1}))
+    assert run_lmc("stats", "--confidence", "0.95", str(log)).stderr.decode() == (
+        "WARNING\tonly 5 users (or messages) to resample: the bootstrap intervals are rough\n"
+        "WARNING\tonly 2 of 5 users (or messages) have data for entropy.mean: its bootstrap "
+        "interval is rough\n")
 
 
 def test_an_infinite_score_gives_an_interval_reaching_infinity(tmp_path):

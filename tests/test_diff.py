@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from lmchallenge.analysis import diff as D
 from lmchallenge.analysis import pretty as P
+from lmchallenge.logs.io import read_log
 from lmchallenge.logs.jsonl import load_jsonlines
 
 DATA = Path(__file__).resolve().parent / "data" / "pretty"
@@ -251,3 +252,30 @@ def test_cli_html_diff_of_mismatched_logs_fails():
                                       str(DATA / "rails.we.jsonl")])
     assert result.exit_code != 0
     assert isinstance(result.exception, D.LogMismatchError)
+
+
+def test_ansi_of_two_paths_holds_neither_log(tmp_path, monkeypatch):
+    """Two log files are checked in a first pass and shown in a second, each read as it is
+    shown (QA: the ANSI diff of 1M tokens held both logs, 2.3 GB); the lines are those of the
+    logs given as data, and a mismatch at the end is still said before any line."""
+    paths = [str(DATA / "kjv.o1.we.jsonl"), str(DATA / "kjv.o2.we.jsonl")]
+    read = []
+
+    def counting(path):
+        for datum in read_log(path):
+            read.append(path)
+            yield datum
+    monkeypatch.setattr(D, "read_log", counting)
+    lines = D.ansi(*paths)
+    first_pass = len(read)
+    assert first_pass == 1 + 2 * len(load("kjv.o1.we.jsonl"))      # the game, then both
+    assert next(lines) == next(D.ansi(load("kjv.o1.we.jsonl"), load("kjv.o2.we.jsonl")))
+    message = sum(1 for d in load("kjv.o1.we.jsonl") if d["message"] == 0)
+    assert len(read) - first_pass == 2 * (message + 1)  # one message of each, and the next datum
+    assert [next(lines), *lines] == list(D.ansi(load("kjv.o1.we.jsonl"), load("kjv.o2.we.jsonl")))[1:]
+    short = tmp_path / "short.jsonl"
+    short.write_text("".join((DATA / "kjv.o2.we.jsonl").read_text().splitlines(keepends=True)[:-1]))
+    proc = subprocess.run([sys.executable, "-m", "lmchallenge.cli", "diff", paths[0], str(short)],
+                          capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert "BASELINE has 112 tokens, LOG has 111" in proc.stderr

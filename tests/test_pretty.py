@@ -359,7 +359,7 @@ def test_html_pages_of_more_tokens_than_max_tokens_are_refused(tmp_path):
         result = subprocess.run([*lmc_command(), *argv], capture_output=True, text=True, timeout=120)
         assert result.returncode == 2 and result.stdout == ""
         assert result.stderr == (
-            f"lmc: error: {path}: more than 10 tokens for one HTML page (about 0 MB: a browser "
+            f"lmc: error: {path}: more than 10 tokens for one HTML page (about 2 kB: a browser "
             "cannot open pages much larger): show fewer (lmc grep -k message PATTERN, or head -n "
             "on a jsonl log), use ansi output, or raise --max-tokens\n")
     for limit in (str(tokens), "0"):    # as many as the log holds, or no limit

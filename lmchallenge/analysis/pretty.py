@@ -261,12 +261,13 @@ def check_data(data: Sequence[Datum], game: str | None, name: str) -> None:
         pass
 
 
-def checked(data: Iterable[Datum], game: str | None, name: str) -> Iterator[Datum]:
-    """The datums of ``data``, each checked as it comes (:func:`check_data`)."""
+def checked(data: Iterable[Datum], game: str | None, name: str, start: int = 1) -> Iterator[Datum]:
+    """The datums of ``data``, each checked as it comes (:func:`check_data`); ``start``: the
+    number errors give the first."""
     from lmchallenge.analysis.validate import problem
 
     keys = PAYLOAD_COLUMNS.get(game or "", ())
-    for n, datum in enumerate(data, start=1):
+    for n, datum in enumerate(data, start=start):
         reason = problem(datum)
         if reason is None and any(key not in datum for key in keys):
             found = payload_games(datum)
@@ -339,8 +340,10 @@ def as_data(log: Iterable[Datum] | str, most: int | None = None) -> list[Datum]:
         return list(data)
     held = list(itertools.islice(data, most + 1))
     if len(held) > most:
+        size = PAGE_BYTES_PER_TOKEN * most
+        about = f"{size // 10**6:,} MB" if size >= 10**6 else f"{max(1, size // 10**3)} kB"
         raise LmcError(f"{log_name(log)}: more than {most:,} tokens for one HTML page (about "
-                       f"{PAGE_BYTES_PER_TOKEN * most // 10**6} MB: a browser cannot open pages "
+                       f"{about}: a browser cannot open pages "
                        "much larger): show fewer (lmc grep -k message PATTERN, or head -n on a "
                        "jsonl log), use ansi output, or raise --max-tokens")
     return held

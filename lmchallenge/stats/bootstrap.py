@@ -575,20 +575,23 @@ def few_groups(table: GroupTable, metrics: Sequence[tuple[str, str, str]]) -> li
     :data:`FEW_GROUPS` groups: the groups with a non-zero denominator, since a resample's
     figure depends only on how often it drew those (QA: the ``entropy.mean`` of a log in
     which one user of 30 had scored tokens got an interval of width 0 and no warning).
-    One line for all of them when every metric has every group."""
+    With fewer than that many groups in all, one line says so, and a line more for each count
+    of groups fewer than all."""
     groups = len(table.keys)
     carrying: dict[int, list[str]] = {}
     for key, _, denominator in metrics:
         n = int(np.count_nonzero(table.sums[:, COLUMN[denominator]]))
         if 0 < n < FEW_GROUPS:
             carrying.setdefault(n, []).append(key)
-    if groups < FEW_GROUPS and list(carrying) in ([], [groups]):
+    lines = []
+    if 0 < groups < FEW_GROUPS:
         what = "user (or message)" if groups == 1 else "users (or messages)"
-        return [f"only {groups} {what} to resample: the bootstrap intervals are rough"] if groups else []
-    return [f"only {n} of {groups} users (or messages) have data for {', '.join(keys)}: "
-            f"{'its bootstrap interval is' if len(keys) == 1 else 'their bootstrap intervals are'} "
-            "rough" + (" (of width 0)" if n == 1 else "")
-            for n, keys in sorted(carrying.items())]
+        lines.append(f"only {groups} {what} to resample: the bootstrap intervals are rough")
+        carrying.pop(groups, None)          # said by that line ("only 5 of 5 users": QA)
+    return lines + [f"only {n} of {groups} users (or messages) have data for {', '.join(keys)}: "
+                    f"{'its bootstrap interval is' if len(keys) == 1 else 'their bootstrap intervals are'} "
+                    "rough" + (" (of width 0)" if n == 1 else "")
+                    for n, keys in sorted(carrying.items())]
 
 
 def few_resamples(settings: Settings) -> str | None:
