@@ -51,6 +51,9 @@ def token_text(tokenizer, token_id: int) -> str | None:
     or not starting with a whole character)."""
     if token_id in tokenizer.all_special_ids:
         return None
+    added = tokenizer.added_tokens_decoder.get(token_id)
+    if added is not None:       # matched in the text as it is given: its content
+        return None if added.special else added.content
     piece = tokenizer.convert_ids_to_tokens(token_id)
     if type(tokenizer.backend_tokenizer.decoder).__name__ == "ByteLevel":
         text = tokenizer.convert_tokens_to_string([piece])
@@ -583,6 +586,43 @@ def test_a_dummy_prefix_that_cannot_be_undone_is_refused_at_load():
         CausalLM.from_objects(tiny_model(len(prefixed)), prefixed)
 
 
+@pytest.mark.parametrize("marker", MARKERS)
+def test_tokens_added_to_a_tokenizer_are_their_own_text(marker):
+    """Tokens added to a tokenizer (not special: whitespace runs, as GPT-NeoX's, or a word)
+    are their text as given, in contexts and in the boundary sets (QA: read in the
+    vocabulary's spelling they had no text: every word after a double space was unscored,
+    exit 0, and other words' probabilities lacked the added tokens' mass)."""
+    tokenizer = train_tokenizer(CORPUS, marker)
+    tokenizer.add_tokens(["  ", " LORD", "LORD"])
+    added = tokenizer.convert_tokens_to_ids(["  ", " LORD"])
+    model = tiny_model(len(tokenizer))
+    lm = CausalLM.from_objects(model, tokenizer)
+    context = "And the LORD said,  unto "
+    assert set(added) <= set(tokenizer.encode(context))
+    for context, candidates in ((context, ["Moses", "the"]), ("And the ", ["LORD", "light"])):
+        answer = dict(lm.predict(context, candidates))
+        assert set(answer) == set(candidates)
+        for word in candidates:
+            assert answer[word] == pytest.approx(
+                brute_force_logp((tokenizer, model), context, word), abs=2e-4), (context, word)
+
+
+def test_a_tokenizer_that_marks_no_word_beginnings_is_refused():
+    """A WordPiece (BERT) tokenizer keeps the space between words in no token, so no token
+    ends a word: refused when the model is set up (QA: every word unscored, exit 0)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    tok.train_from_iterator(LINES, trainer=trainers.WordPieceTrainer(
+        vocab_size=200, special_tokens=["[UNK]", "[SEP]"]))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", eos_token="[SEP]")
+    with pytest.raises(ModelError, match=r"not supported: its tokenizer \(decoder WordPiece\) "
+                                         "keeps the space between words in no token"):
+        CausalLM.from_objects(tiny_model(len(tokenizer)), tokenizer)
+
+
 def test_a_model_with_layers_other_than_attention_is_refused(byte_level_tokenizer):
     """A hybrid model (LFM2: convolution layers, whose state no key/value cache holds) is
     refused when it is set up, naming why, not by an IndexError at its first query."""
@@ -597,6 +637,9 @@ def token_bytes(tokenizer, token_id: int) -> bytes | None:
     special)."""
     if token_id in tokenizer.all_special_ids:
         return None
+    added = tokenizer.added_tokens_decoder.get(token_id)
+    if added is not None:       # matched in the text as it is given: its content
+        return None if added.special else added.content
     piece = tokenizer.convert_ids_to_tokens(token_id)
     if type(tokenizer.backend_tokenizer.decoder).__name__ == "ByteLevel":
         from lmchallenge.model.neural.vocab import byte_level_decoder

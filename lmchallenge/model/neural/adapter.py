@@ -52,7 +52,7 @@ from lmchallenge.model.neural import REFUSED_GAMES
 from lmchallenge.model.neural.engine import ChunkedLM
 from lmchallenge.model.neural.loading import load
 from lmchallenge.model.neural.prefix import NoPlainCopy, encoder
-from lmchallenge.model.neural.vocab import Vocabulary
+from lmchallenge.model.neural.vocab import UnsupportedTokenizer, Vocabulary
 from lmchallenge.model.neural.words import RefusedQuery, WordScorer
 from lmchallenge.model.wire import Result, protocol_text
 from lmchallenge.tuning import own_limits
@@ -155,6 +155,8 @@ class CausalLM(Model):
                                  stderr_tail=None)
         try:
             vocab = Vocabulary.from_tokenizer(tokenizer, size, start_id=start)
+        except UnsupportedTokenizer as e:
+            raise ModelError(name, f"not supported: {e}", stderr_tail=None) from None
         except ValueError as e:
             raise ModelError(name, f"{e}: name the token texts start with (--start-token, "
                              "start_token)", stderr_tail=None) from None

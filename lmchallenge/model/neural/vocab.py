@@ -56,11 +56,30 @@ def byte_level_decoder() -> dict[str, int]:
     return {chr(c): b for b, c in zip(printable, chars)}
 
 
+class UnsupportedTokenizer(ValueError):
+    """A tokenizer whose token texts do not say where words begin as this module reads them."""
+
+
 def _decoder_kind(tokenizer: Any) -> str:
-    """``"byte-level"`` or ``"metaspace"``, from the fast tokenizer's pre-tokenizer/decoder."""
+    """``"byte-level"`` or ``"metaspace"``, from the fast tokenizer's normalizer,
+    pre-tokenizer and decoder.
+
+    Raises:
+        UnsupportedTokenizer: neither (WordPiece's ``##``, a BPE ``</w>`` suffix: the space
+            between words is in no token, so no token can end a word: QA, a BERT tokenizer
+            ran with every word unscored, exit 0).
+    """
     spec = json.loads(tokenizer.backend_tokenizer.to_str())
-    text = json.dumps([spec.get("decoder"), spec.get("pre_tokenizer")])
-    return "byte-level" if '"ByteLevel"' in text else "metaspace"
+    text = json.dumps([spec.get("decoder"), spec.get("pre_tokenizer"), spec.get("normalizer")])
+    if '"ByteLevel"' in text:
+        return "byte-level"
+    if '"Metaspace"' in text or "\\u2581" in text:    # Llama 2: Replace " " by "▁"
+        return "metaspace"
+    decoder = (spec.get("decoder") or {}).get("type") or "none"
+    raise UnsupportedTokenizer(
+        f"its tokenizer (decoder {decoder}) keeps the space between words in no token, so "
+        "no token can end a word: byte-level BPE (GPT-2, Llama 3, SmolLM2) and SentencePiece "
+        "('\u2581') tokenizers only")
 
 
 def _piece_bytes(piece: str, kind: str) -> bytes | None:
@@ -171,18 +190,29 @@ class Vocabulary:
         """Read a Hugging Face fast tokenizer; ``size`` is the model's output (logit) size;
         ``start_id``: the token texts start with (default: the tokenizer's BOS, else EOS).
 
+        A token added to the tokenizer that is not special (whitespace runs, a word) is
+        its text as given, not in the vocabulary's spelling.
+
         Raises:
+            UnsupportedTokenizer: no token marks where a word begins (:func:`_decoder_kind`).
             ValueError: no ``start_id`` and the tokenizer has neither BOS nor EOS.
         """
         kind = _decoder_kind(tokenizer)
         special = set(tokenizer.all_special_ids)
+        added_text: dict[int, str] = {}
         for added_id, added in tokenizer.added_tokens_decoder.items():
             if added.special:
                 special.add(added_id)
+            else:   # QA: " LORD" or "  " read as byte-level spelling had no text at all
+                added_text[added_id] = added.content
         pieces: list[bytes | None] = [None] * size
         names = tokenizer.convert_ids_to_tokens(list(range(min(size, len(tokenizer)))))
         for token_id, piece in enumerate(names):
-            if piece is not None and token_id not in special:
+            if token_id in added_text and token_id not in special:
+                text = added_text[token_id]
+                pieces[token_id] = (text.replace(SPACE_MARK, " ") if kind == "metaspace"
+                                    else text).encode("utf-8")
+            elif piece is not None and token_id not in special:
                 pieces[token_id] = _piece_bytes(piece, kind)
         eos = tokenizer.eos_token_id
         start = next((i for i in (start_id, tokenizer.bos_token_id, eos) if i is not None), None)
