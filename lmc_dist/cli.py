@@ -124,7 +124,8 @@ def run_options(function):
 @click.group()
 @click.version_option(package_name="lmchallenge-dist")
 def cli() -> None:
-    """LM Challenge games on a Dask cluster, with the corpus partitioned by user."""
+    """LM Challenge games on a Dask cluster, the corpus cut into partitions of consecutive
+    messages (a user's stay together with --train)."""
 
 
 @cli.group("run", cls=OptionsAfterGame)

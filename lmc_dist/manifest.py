@@ -80,7 +80,8 @@ class Manifest(TypedDict):
             absolute path, with their size and modification time when the run began
             (:mod:`lmchallenge.model.files`; ``--resume`` warns if one changed).
         user_type: ``string`` or ``integer``: the type of the users in the Parquet parts
-            (absent in runs of an lmc-dist before it was recorded: strings).
+            (absent in runs of an lmc-dist before it was recorded: strings); ``mixed`` for
+            jsonl parts of a corpus with both.
         vocabulary_sha256: ``wr``: the SHA-256 of the word list's bytes (the candidates come
             from it; ``--resume`` refuses another); None for the other games.
     """
