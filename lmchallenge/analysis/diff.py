@@ -218,7 +218,8 @@ def ansi(baseline: Iterable[Datum] | str, log: Iterable[Datum] | str,
         InputError: a datum that is no log datum (``lmc validate``), or of another game.
     """
     if isinstance(baseline, str) and isinstance(log, str) and "-" not in (baseline, log):
-        game = GAME_OF_CHALLENGE[challenge] if challenge != "auto" else _first_game(log)
+        # (the baseline's first datum: the logs' games, if they differ, are said by pairs)
+        game = GAME_OF_CHALLENGE[challenge] if challenge != "auto" else _first_game(baseline)
         if game != "wr":    # two passes over the files, neither held (QA: 2.3 GB for 1M tokens)
             _check_files(baseline, log, game)
             renderer, _ = make_diff_renderer(game, [], entropy_interval)
@@ -248,11 +249,11 @@ def _check_files(baseline: str, log: str, game: str | None) -> None:
     """
     names = pretty.log_name(baseline), pretty.log_name(log)
     keys = PAYLOAD_COLUMNS.get(game or "", ())
-    base = pretty.checked(read_log(baseline), None, names[0])   # games differ: said by pairs
-    for number, (a, _) in enumerate(pairs(base, pretty.checked(read_log(log), game, names[1])),
-                                    start=1):
-        if any(key not in a for key in keys):
-            next(pretty.checked([a], game, names[0], start=number))
+    data = [pretty.checked(read_log(path), None, name) for path, name in zip((baseline, log), names)]
+    for number, pair in enumerate(pairs(*data), start=1):     # (games that differ: said here)
+        for datum, name in zip(reversed(pair), reversed(names)):       # the log's first
+            if any(key not in datum for key in keys):
+                next(pretty.checked([datum], game, name, start=number))
 
 
 def _describe_factory(game: str | None, models, float_format: str, interval: float):
