@@ -34,10 +34,12 @@ from lmc_dist import manifest as mf
 from lmc_dist.partition import INPUT_COPY
 
 _LEFTOVER = re.compile(
-    r"\.(part-\d{5}\.(parquet|jsonl\.gz)|_manifest\.json|_stats\.json|\.out-\d{5}\.(parquet|jsonl|jsonl\.gz))"
+    r"\.(part-\d{5}\.(parquet|jsonl\.gz)|_manifest\.json|_stats\.json|\.out-\d{5}\.(parquet|jsonl|jsonl\.gz)"
+    rf"|{re.escape(UNFINISHED)})"
     r"\.tmp-(?:[^/]+-)?\d+"               # atomic_path's temporaries (lmchallenge.logs.files:
     # .NAME.tmp-HOST-PID; .NAME.tmp-PID before the host was in it)
-    r"|\.out-\d{5}\.(parquet|jsonl|jsonl\.gz)")   # lmchallenge.logs.convert.CONVERTED_PREFIX copies
+    r"|\.out-\d{5}\.(parquet|jsonl|jsonl\.gz)"    # lmchallenge.logs.convert.CONVERTED_PREFIX copies
+    rf"|{re.escape(INPUT_COPY)}\.tmp")     # a .gz corpus being decompressed (partition._decompress)
 
 UNFINISHED_NOTE = (
     "This lmc-dist run has not finished: its finished partitions are in _temporary/ and\n"

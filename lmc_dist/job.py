@@ -577,13 +577,14 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
     workers = workers_of(client, job) or (job.workers or 1)
     if client.dashboard_link and _dashboard_address() is not None or job.scheduler:
         LOG.warning("dask dashboard: %s", client.dashboard_link)
-    outcomes, errors, not_run = _run_partitions(client, job, tasks, manifest, may_stop_early)
+    outcomes, errors, not_run, made = _run_partitions(client, job, tasks, manifest, may_stop_early)
     gone = _check_models(client, job, manifest)
     for _ in range(job.retries):   # partitions removed after they were done: made again
         if not gone or not_run:
             break
-        again, errors_again, not_run = _run_partitions(client, job, [tasks[i] for i in sorted(gone)],
-                                                       manifest, may_stop_early)
+        again, errors_again, not_run, made_again = _run_partitions(
+            client, job, [tasks[i] for i in sorted(gone)], manifest, may_stop_early)
+        made |= made_again
         outcomes.update(again)
         errors.update(errors_again)
         gone = _check_models(client, job, manifest)
@@ -599,12 +600,14 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
     tokens = sum(p.get("rows") or 0 for p in entries if p["state"] == "done")
     # rows as the run ends: a part file in place that the manifest had not recorded yet (an
     # interrupted run) has its rows from the worker that read it back (QA: counted as 0, so
-    # the summary gave its tokens to this invocation's rate)
+    # the summary gave its tokens to this invocation's rate); one whose file turned out
+    # unreadable was made again, by this invocation (QA: counted as kept)
+    kept = [i for i in before if i not in made]
     return RunReport(stats=stats or {}, tokens=tokens, seconds=0.0,
                      workers=workers, partitions=len(tasks), failed=failure_messages(tasks, errors),
                      failed_partitions=len(errors), not_run=len(not_run),
-                     stopped_by=stop_reason(errors) if not_run else "", kept_partitions=len(before),
-                     kept_tokens=sum(entries[i].get("rows") or 0 for i in before))
+                     stopped_by=stop_reason(errors) if not_run else "", kept_partitions=len(kept),
+                     kept_tokens=sum(entries[i].get("rows") or 0 for i in kept))
 
 
 def _finish(client: Client, job: DistJob, outcomes: list[Any], manifest: dict[str, Any]) -> dict[str, Any]:
@@ -748,7 +751,7 @@ def summary_now(client: Client, future: Any) -> dict[str, Any]:
 
 def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], manifest: dict[str, Any],
                     may_stop_early: bool = True
-                    ) -> tuple[dict[int, Any], dict[int, BaseException], set[int]]:
+                    ) -> tuple[dict[int, Any], dict[int, BaseException], set[int], set[int]]:
     """Submit every partition (finished ones only re-read their file, or are made again where
     it cannot be read), track them to the end,
     recording each in the manifest as soon as its task ends.  With ``may_stop_early``, stop
@@ -760,7 +763,8 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], ma
 
     Returns:
         (futures of the partition outcomes by index, errors of failed partitions by index,
-        the indices of the partitions not run because the run stopped early).
+        the indices of the partitions not run because the run stopped early, the indices of
+        the partitions evaluated here rather than read back from an earlier run's file).
     Raises:
         LmcError: the client lost the scheduler (the manifest is saved: ``--resume``).
         KeyboardInterrupt: after cancelling the tasks and saving the manifest.
@@ -780,6 +784,7 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], ma
         futures[future] = index
         outcomes[index] = future
     errors: dict[int, BaseException] = {}
+    made: set[int] = set()
     at_start = StartFailures()
     ended: set[int] = set()
     succeeded = False
@@ -807,9 +812,13 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], ma
                 succeeded = True
                 summary = summary_now(client, future)
                 tokens += summary["rows"]
-                entry.update(state="done", rows=summary["rows"], bytes=summary["bytes"],
-                             elapsed=summary["elapsed"], began=summary["began"],
-                             worker=summary["worker"], error=None)
+                if summary.get("made", True):
+                    made.add(index)
+                if index in made or entry["state"] != "done" or entry.get("rows") is None:
+                    # (a partition read back keeps the timings of the run that made it)
+                    entry.update(state="done", rows=summary["rows"], bytes=summary["bytes"],
+                                 elapsed=summary["elapsed"], began=summary["began"],
+                                 worker=summary["worker"], error=None)
             saver.changed(manifest)
             bar.update(1)
             rate = tokens / max(1e-9, time.monotonic() - start)
@@ -830,7 +839,7 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], ma
     finally:
         bar.close()
     saver.flush(manifest)
-    return outcomes, errors, set(outcomes) - ended
+    return outcomes, errors, set(outcomes) - ended, made
 
 
 WORKER_WATCH_SECONDS = 5.0

@@ -398,14 +398,16 @@ class PartitionOutcome:
     state: Any = field(repr=False)
     began: float = 0.0
     bytes: int = 0
+    made: bool = True
 
     def summary(self) -> dict[str, Any]:
         """The small, JSON-able part sent to the client (``began``: Unix time the task
         started on its worker; with ``elapsed`` it places the task on a time line; ``bytes``:
-        the part file's size, recorded so that a reader can tell it changed)."""
+        the part file's size, recorded so that a reader can tell it changed; ``made``: the
+        task evaluated the partition, rather than read back the file of an earlier one)."""
         return dict(index=self.index, rows=self.rows, characters=self.characters,
                     elapsed=round(self.elapsed, 3), worker=self.worker,
-                    began=round(self.began, 3), bytes=self.bytes)
+                    began=round(self.began, 3), bytes=self.bytes, made=self.made)
 
 
 def evaluate_partition(task: PartitionTask) -> PartitionOutcome:
@@ -531,7 +533,7 @@ def state_of_existing_part(path: str, index: int, characters: int) -> PartitionO
     state = state_of_log(path)
     return PartitionOutcome(index=index, rows=reduce.rows_of(state), characters=characters,
                             elapsed=time.monotonic() - started, worker=_worker_name(), state=state,
-                            began=began, bytes=os.path.getsize(path))
+                            began=began, bytes=os.path.getsize(path), made=False)
 
 
 def _worker_name() -> str:

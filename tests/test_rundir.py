@@ -243,6 +243,24 @@ def test_a_directory_of_user_files_is_refused_and_kept(tmp_path):
                                                          "part-1-notes.txt"]   # no lock left
 
 
+def test_the_temporaries_of_a_run_killed_before_its_manifest_are_its_own(tmp_path):
+    """A run killed while it wrote its unfinished-run note or decompressed a .gz corpus
+    (before any manifest) left temporaries that the next run took for someone else's
+    files: the run dir was refused for good (QA: 'holds files that lmc-dist did not write
+    (_input.plain.tmp)'). They are lmc-dist's own, and removed."""
+    corpus = tagged_corpus(tmp_path / "corpus.txt", 5)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    left = [".RUN-NOT-FINISHED.parquet.tmp-vm-4242", "_input.plain.tmp"]
+    for name in left:
+        (run_dir / name).write_bytes(b"half")
+    result = subprocess.run(run_args(corpus, run_dir, extra=RUN_OPTIONS), capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert not set(left) & set(os.listdir(run_dir))
+    assert json.loads((run_dir / "_manifest.json").read_text())["finished"]
+
+
 def test_a_model_that_cannot_start_stops_the_run_after_two_partitions(tmp_path):
     """A mistyped model command fails every partition alike as the model starts: the run
     stops after two (it started the model for every partition, twice with --retries 1), and
@@ -665,6 +683,7 @@ def test_resume_makes_again_a_finished_part_that_cannot_be_read(tmp_path, damage
     part = run_dir / "part-00002.parquet"
     manifest = json.loads((run_dir / "_manifest.json").read_text())
     recorded = manifest["partitions"][2]["bytes"]
+    rows = [p["rows"] for p in manifest["partitions"]]
     if sizes == "not recorded":
         for entry in manifest["partitions"]:
             del entry["bytes"]
@@ -681,6 +700,10 @@ def test_resume_makes_again_a_finished_part_that_cannot_be_read(tmp_path, damage
     else:
         assert "partition 2: its file cannot be read (" in resumed.stderr
         assert "): computing it again" in resumed.stderr
+    # made again by this invocation, not kept (QA: "0 tokens ..., 0 partitions")
+    assert re.search(rf"^lmc-dist: {rows[2]} tokens in [0-9.]+ s \([0-9,]+ tokens/s\) on 1 "
+                     rf"worker, 1 partition; {sum(rows) - rows[2]} tokens in {len(rows) - 1} "
+                     r"partitions were done before", resumed.stderr, re.M), resumed.stderr
     assert lmc("stats", str(run_dir)).stdout == before
     assert sorted(p.name for p in run_dir.iterdir() if p.name != ".lmc-dist.lock") == sorted(
         ["_manifest.json", "_stats.json", *(f"part-{i:05d}.parquet" for i in range(len(
@@ -840,6 +863,9 @@ def test_a_resume_counts_only_what_it_made_in_its_rate(tmp_path):
     assert re.search(rf"^lmc-dist: 0 tokens in [0-9.]+ s \(0 tokens/s\) on 1 worker, 0 partitions; "
                      rf"{sum(rows)} tokens in {len(rows)} partitions were done before "
                      rf"\(--resume\): {sum(rows)} tokens in all; run dir ", first.stderr, re.M)
+    timings = [{k: p[k] for k in ("began", "elapsed", "worker")} for p in manifest["partitions"]]
+    assert timings == [{k: p[k] for k in ("began", "elapsed", "worker")} for p in json.loads(
+        (run_dir / "_manifest.json").read_text())["partitions"]]     # not the reading back's
     (run_dir / manifest["partitions"][1]["file"]).unlink()     # one partition to make again
     with open(run_dir / "_manifest.json", "w") as f:
         manifest["finished"] = None
