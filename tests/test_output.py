@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import pandas
@@ -294,3 +295,22 @@ def test_a_log_through_a_descriptor_shares_its_position_with_what_else_is_writte
         "in", "the", "beginning"] and "entropy" in json.loads(lines[3])
     full = _lmc_run("--output", "/dev/full")
     assert (full.returncode, full.stderr) == (2, b"lmc: error: /dev/full: No space left on device\n")
+
+
+def test_an_atomic_write_reaches_the_disk_before_its_rename(tmp_path, monkeypatch):
+    """The temporary's bytes are synced before it is renamed over the path, and the
+    directory after (QA: nothing was synced; after a power cut a renamed file may be empty)."""
+    from lmchallenge.logs import files
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", os.readlink(
+        f"/proc/self/fd/{fd}"))), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "replace", lambda a, b: (events.append(("replace", str(b))),
+                                                     real_replace(a, b))[1])
+    path = tmp_path / "log.jsonl"
+    with files.atomic_path(path) as tmp:
+        with open(tmp, "w") as f:
+            f.write("{}\n")
+    assert [kind for kind, _ in events] == ["fsync", "replace", "fsync"]
+    assert events[0][1] == tmp and events[1][1] == str(path) and events[2][1] == str(tmp_path)
+    assert path.read_text() == "{}\n"

@@ -212,7 +212,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
 
     A symbolic link is followed (the file it points to is replaced, the link stays); a path
     :func:`written_in_place` (``/dev/stdout``, a FIFO) is yielded as it is, to be written
-    directly, opened with :func:`open_output`.
+    directly, opened with :func:`open_output`.  The temporary's bytes reach the disk
+    (``fsync``) before it is renamed, and the rename before this returns: after a power
+    cut the path holds the old file or the whole new one, never a renamed empty file.
     """
     in_place = written_in_place(path)
     final = os.fspath(path) if in_place else os.path.realpath(path)
@@ -224,8 +226,10 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     try:
         yield tmp
         if not in_place:
+            _sync(tmp)
             _keep_mode_of(final, tmp)
             os.replace(tmp, final)
+            _sync_directory(os.path.dirname(os.path.abspath(final)))
     except OSError as e:    # named by the path the user gave, not the hidden temporary
         if (e.filename == tmp and not in_place) or (e.filename is None and e.errno in FULL_ERRORS):
             raise OSError(e.errno, e.strerror, os.fspath(path)) from None
@@ -233,6 +237,30 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     finally:
         if not in_place and os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _sync(path: str) -> None:
+    """``fsync`` the file at ``path``.
+
+    Raises:
+        OSError: its bytes could not be written (EIO, ENOSPC).
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sync_directory(path: str) -> None:
+    """``fsync`` the directory at ``path`` (its entries: a rename), where the file system
+    lets it be opened and synced (else it keeps its renames as it does)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _keep_mode_of(final: str, tmp: str) -> None:
