@@ -66,6 +66,25 @@ def test_a_non_finite_score_among_finite_ones_is_named():
     assert "malformed answer 'a\\t-1\\tb\\t-inf\\tc\\t-2': the score of 'b' is not" in text
 
 
+def test_answers_in_crlf_are_read_as_lmchallenge_5_reads_them(tmp_path):
+    """A model writing CRLF: the CR is no part of its answer (QA: an empty answer, "\\r\\n",
+    stopped the run, "malformed answer '\\r'", where LM Challenge 5.2 logs no score)."""
+    model = tmp_path / "crlf.py"
+    model.write_text("import sys\n"
+                     "for line in sys.stdin:\n"
+                     "    if line.startswith('predict'):\n"
+                     "        answer = 'of\\t-1.5' if line.rstrip('\\n').endswith('of') else ''\n"
+                     "        sys.stdout.write(answer + '\\r\\n')\n"
+                     "        sys.stdout.flush()\n")
+    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(model))}"
+    result = lmc("run", command, "we", stdin=b"The book of\n")
+    assert result.returncode == 0, result.stderr.decode()
+    assert [json.loads(line)["logp"] for line in result.stdout.splitlines()] == [None, None, -1.5]
+    result = lmc("run", command, "wc", stdin=b"of\n")
+    assert result.returncode == 0, result.stderr.decode()
+    assert json.loads(result.stdout)["completions"] == [[], []]
+
+
 def test_finite_scores_near_the_float_range_are_answers():
     model = toy("--mode", "answer", "--answer", "of\\t-1e308\\tx\\t-1e308")
     result = lmc("run", model, "we", stdin=b"of\n")

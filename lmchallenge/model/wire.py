@@ -80,11 +80,16 @@ def parse_answer(line: str, on_duplicates: Callable[[Result], None] | None = Non
     ``finite=False`` the scores are not checked to be finite: the caller checks many
     answers at once (:func:`first_non_finite`).
 
+    A line ending in CR (a model writing CRLF) is read without it, as LM Challenge 5.x
+    reads answers (universal newlines): the last field is a score, never text.
+
     Raises:
         ValueError: an odd number of fields, a score that is not a number, or (``finite``)
             one that is not finite (``nan``, ``inf``, or beyond the float range such as
             ``1e309``).
     """
+    if line.endswith("\r"):    # QA: an empty answer in CRLF was refused ("got 1 fields")
+        line = line[:-1]
     if not line:
         return []
     fields = line.split("\t")
