@@ -371,10 +371,10 @@ def test_the_documented_differences_from_lm_challenge_5_2(reference_lmc):
 
 @pytest.mark.reference
 def test_the_documented_differences_in_vocabulary_and_answers(reference_lmc, tmp_path):
-    """Two more differences docs/formats.md lists (QA): a byte-order mark before a `wr`
+    """More differences docs/formats.md lists (QA): a byte-order mark before a `wr`
     vocabulary's first word is not part of it here (5.2 can offer the marked word as a
-    candidate), and an answer with a field left over (a trailing TAB) is refused here
-    (5.2 drops the odd field)."""
+    candidate), an answer with a field left over (a trailing TAB) is refused here (5.2
+    drops the odd field), and a candidate answered twice keeps its first score in `wr`."""
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("xyzz\n")
     marked, plain = tmp_path / "marked.txt", tmp_path / "plain.txt"
@@ -410,6 +410,23 @@ def test_the_documented_differences_in_vocabulary_and_answers(reference_lmc, tmp
     result = run_lmc("run", command, "we", stdin=b"the LORD\n", check=False)
     assert result.returncode == 2 and result.stdout == b""
     assert "expected text<TAB>score pairs, got 3 fields" in result.stderr.decode()
+
+    # a candidate answered twice: its first score here, the last in 5.2's wr
+    model = tmp_path / "twice.py"
+    model.write_text("import sys\n"
+                     "for line in sys.stdin:\n"
+                     "    f = line.rstrip('\\n').split('\\t')\n"
+                     "    if f[0] == 'predict':\n"
+                     "        print('\\t'.join(x for c in (f[2:] or ['the']) for x in (c, '-1', c, '-2')),"
+                     " flush=True)\n")
+    command = f"{PYTHON} {model}"
+
+    def lm_scores(out: bytes) -> set:
+        return {row[2] for line in out.splitlines() for row in json.loads(line)["results"]}
+    ours_twice = run_lmc("run", command, "wr", "-p", "1e-12", str(plain), str(corpus)).stdout
+    ref_twice = subprocess.run(["sh", "-c", f'"$0" run "$1" wr "$2" -p 1e-12 < "$3"', str(reference_lmc),
+                                command, str(plain), str(corpus)], capture_output=True, check=True).stdout
+    assert (lm_scores(ours_twice), lm_scores(ref_twice)) == ({-1.0}, {-2.0})
 
 
 def test_lmc_run_whose_output_closes_early_does_not_wait_for_its_model(tmp_path):
