@@ -28,7 +28,8 @@ from typing import Any
 
 from lmchallenge.errors import LmcError
 from lmchallenge.logs.files import atomic_path
-from lmchallenge.logs.rundir import LEGACY_UNFINISHED, LOCK, MANIFEST, STATS, TEMPORARY, UNFINISHED
+from lmchallenge.logs.rundir import (LEGACY_UNFINISHED, LOCK, MANIFEST, STATS, TEMPORARY, UNFINISHED,
+                                     WRITE_CHECK)
 
 from lmc_dist import manifest as mf
 from lmc_dist.partition import INPUT_COPY
@@ -39,7 +40,8 @@ _LEFTOVER = re.compile(
     r"\.tmp-(?:[^/]+-)?\d+"               # atomic_path's temporaries (lmchallenge.logs.files:
     # .NAME.tmp-HOST-PID; .NAME.tmp-PID before the host was in it)
     r"|\.out-\d{5}\.(parquet|jsonl|jsonl\.gz)"    # lmchallenge.logs.convert.CONVERTED_PREFIX copies
-    rf"|{re.escape(INPUT_COPY)}\.tmp")     # a .gz corpus being decompressed (partition._decompress)
+    rf"|{re.escape(INPUT_COPY)}\.tmp"      # a .gz corpus being decompressed (partition._decompress)
+    rf"|{re.escape(WRITE_CHECK)}.+")       # worker.check_writable_here's probe
 
 UNFINISHED_NOTE = (
     "This lmc-dist run has not finished: its finished partitions are in _temporary/ and\n"

@@ -33,7 +33,7 @@ from lmchallenge.tuning import freeze_heap
 from lmchallenge.games.runner import Game, run_game
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.logs.io import write_log
-from lmchallenge.logs.rundir import TEMPORARY, finished_part
+from lmchallenge.logs.rundir import TEMPORARY, WRITE_CHECK, finished_part
 from lmchallenge.model.shell import ShellModel
 from lmchallenge.model.spec import PredictorSpec, close_model
 from lmchallenge.stats.compute import state_of_log
@@ -497,9 +497,10 @@ def check_writable_here(directory: str) -> None:
     its own temporary file, so that no two were taken for the same error (QA)."""
     try:
         os.makedirs(directory, exist_ok=True)
-        fd, name = tempfile.mkstemp(dir=directory, prefix=".write-check-")
+        fd, name = tempfile.mkstemp(dir=directory, prefix=WRITE_CHECK)
         os.close(fd)
-        os.remove(name)
+        with contextlib.suppress(FileNotFoundError):    # (a resume's clean-up took it)
+            os.remove(name)
     except OSError as e:
         raise RunDirError(f"worker {socket.gethostname()} cannot write into the run dir "
                           f"({directory}: {e.strerror or e}): --run-dir must be a directory "

@@ -251,13 +251,16 @@ def test_the_temporaries_of_a_run_killed_before_its_manifest_are_its_own(tmp_pat
     corpus = tagged_corpus(tmp_path / "corpus.txt", 5)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    left = [".RUN-NOT-FINISHED.parquet.tmp-vm-4242", "_input.plain.tmp"]
+    left = [".RUN-NOT-FINISHED.parquet.tmp-vm-4242", "_input.plain.tmp",
+            "_temporary/.write-check-k2x9"]     # a worker's probe (worker.check_writable_here)
+    (run_dir / "_temporary").mkdir()
     for name in left:
         (run_dir / name).write_bytes(b"half")
     result = subprocess.run(run_args(corpus, run_dir, extra=RUN_OPTIONS), capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    assert not set(left) & set(os.listdir(run_dir))
+    assert not {".RUN-NOT-FINISHED.parquet.tmp-vm-4242", "_input.plain.tmp",
+                "_temporary"} & set(os.listdir(run_dir))
     assert json.loads((run_dir / "_manifest.json").read_text())["finished"]
 
 

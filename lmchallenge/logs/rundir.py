@@ -56,6 +56,9 @@ UNFINISHED = "RUN-NOT-FINISHED.parquet"
 LEGACY_UNFINISHED = "RUN-NOT-FINISHED"
 """The note's name before Dask's reader was taken into account (removed too at commit)."""
 LOCK = ".lmc-dist.lock"
+WRITE_CHECK = ".write-check-"
+"""The start of the name of the file an lmc-dist worker makes (and removes) in ``_temporary``
+to check it can write there: a worker killed in between leaves it."""
 PART_GLOBS = ("part-*.parquet", "part-*.jsonl.gz", "part-*.jsonl")
 
 _PARTIAL: contextvars.ContextVar[bool] = contextvars.ContextVar("lmc_read_partial", default=False)
