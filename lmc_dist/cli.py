@@ -180,7 +180,7 @@ def _execute(ctx, game: GameSpec, kw: dict) -> None:
 
 
 def failed_line(failed: int, partitions: int, run_dir: str, not_run: int = 0,
-                stopped_by: str = "the model failed alike as it started") -> str:
+                stopped_by: str = "") -> str:
     """The last line of a run some of whose ``partitions`` failed (and ``not_run`` were not
     run: it stopped early, ``stopped_by`` saying why)."""
     if not_run:

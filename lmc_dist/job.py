@@ -812,7 +812,7 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], ma
                 succeeded = True
                 summary = summary_now(client, future)
                 tokens += summary["rows"]
-                if summary.get("made", True):
+                if summary["made"]:
                     made.add(index)
                 if index in made or entry["state"] != "done" or entry.get("rows") is None:
                     # (a partition read back keeps the timings of the run that made it)
