@@ -31,6 +31,7 @@ from lmchallenge.corpus import whole_line_blocks
 from lmchallenge.cli.options import run_command
 from lmchallenge.errors import LmcError
 from lmchallenge.model.neural import REFUSED_GAMES, install_hint, missing_modules
+from lmchallenge.model.serve import refused_game
 from lmchallenge.model.spec import started
 from lmchallenge.model.wire import format_answer, parse_request
 
@@ -157,9 +158,9 @@ def serve(model: str, device: str, dtype: str, batch_size: int, chunk: int, top:
           max_expansions: int, threads: int | None, start_token: str | None,
           random_weights: bool, search_width: int) -> None:
     """Answer predict/train/clear requests on stdin/stdout (LM Challenge model protocol)."""
-    game = os.environ.get(tuning.GAME_VARIABLE)
-    if game in REFUSED_GAMES:   # told by lmc run or lmc-dist, before the model loads
-        raise LmcError(f"does not play {game}: {REFUSED_GAMES[game]}")
+    why = refused_game(REFUSED_GAMES)     # before the model loads
+    if why:
+        raise LmcError(why)
     tuning.lift_own_limits()  # before torch is imported: its threads are its own choice
     from lmchallenge.model.neural.adapter import CausalLM
     lm = started(model, CausalLM, dict(  # a failure in one line, as lmc run says it

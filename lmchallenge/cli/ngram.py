@@ -10,17 +10,15 @@ Examples::
 
 from __future__ import annotations
 
-import os
 import time
 
 import click
 
-from lmchallenge import tuning
 from lmchallenge.cli.options import FiniteFloatRange, run_command
 from lmchallenge.errors import InputError, LmcError
 from lmchallenge.logs.files import check_writable, written_in_place
 from lmchallenge.model import ngram
-from lmchallenge.model.serve import serve as serve_model
+from lmchallenge.model.serve import refused_game, serve as serve_model
 
 DEFAULT_WORD_ORDER = 3
 DEFAULT_CHAR_ORDER = 6
@@ -87,9 +85,9 @@ def train(corpus: str, output: str, order: int | None, chars: bool, min_count: i
 def serve(model: str, top: int, cache_weight: float, cache_halfway: float) -> None:
     """Answer predict/train/clear requests on stdin/stdout (LM Challenge model protocol)."""
     lm = ngram.NgramModel(model, top=top, cache_weight=cache_weight, cache_halfway=cache_halfway)
-    game = os.environ.get(tuning.GAME_VARIABLE)
-    if game in lm.refuses:   # told by lmc run or lmc-dist
-        raise LmcError(f"{model}: does not play {game}: {lm.refuses[game]}")
+    why = refused_game(lm.refuses)
+    if why:
+        raise LmcError(f"{model}: {why}")
     serve_model(lm)
 
 

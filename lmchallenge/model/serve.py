@@ -24,14 +24,25 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import sys
+from collections.abc import Mapping
 from typing import IO, Any
 
 from lmchallenge.corpus import whole_line_blocks
+from lmchallenge.tuning import GAME_VARIABLE
 from lmchallenge.model.wire import format_answer, parse_request
 
 FLUSH_EVERY = 16
 """Requests answered between flushes while more requests are already waiting."""
+
+
+def refused_game(refuses: Mapping[str, str]) -> str | None:
+    """Why a model served over the protocol does not play the game ``lmc run`` or
+    ``lmc-dist`` name in its environment (``LMC_GAME``: docs/formats.md), if ``refuses``
+    (:attr:`lmchallenge.model.api.Model.refuses`) names it: ``does not play GAME: WHY``."""
+    game = os.environ.get(GAME_VARIABLE)
+    return f"does not play {game}: {refuses[game]}" if game in refuses else None
 
 
 def _describe(error: BaseException) -> str:
