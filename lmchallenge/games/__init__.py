@@ -7,6 +7,7 @@ Each takes a model (any object with ``predict``/``train``/``clear``, see
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -57,7 +58,7 @@ def wr(model: Any, data: Iterable[Any], vocab: Iterable[str], train: bool = Fals
 
 
 def _error_model(config: dict[str, Any]) -> ErrorModel:
-    known = {"p_anykey", "error_chars"}
+    known = {f.name for f in dataclasses.fields(ErrorModel)}
     ignored = sorted(set(config) - known, key=str)
     if ignored:     # QA: a TypeError naming ErrorModel.__init__ for a key 5.x ignored
         LOG.warning("wr: error_config keys ignored: %s (it takes p_anykey and error_chars)",
