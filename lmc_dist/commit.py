@@ -142,13 +142,20 @@ def _is_at(fd: int, path: str) -> bool:
 
 def _remove_if_unused(run_dir: str, made: bool, refused: bool = False) -> None:
     """Remove the lock file of a run dir that holds nothing else (or that was ``refused``:
-    someone else's files), and the directory if this run ``made`` it (called holding the
-    lock: a run waiting on the removed file sees it gone, :func:`_acquire`)."""
+    someone else's files) but the marker :func:`begin` wrote and an empty ``_temporary/``
+    (these too), and the directory if this run ``made`` it (called holding the lock: a run
+    waiting on the removed file sees it gone, :func:`_acquire`)."""
     with contextlib.suppress(OSError):
-        if refused or os.listdir(run_dir) == [LOCK]:
-            os.unlink(os.path.join(run_dir, LOCK))
-            if made:
-                os.rmdir(os.path.realpath(run_dir))     # a link stays: the user made it
+        if not refused and not set(os.listdir(run_dir)) <= {LOCK, UNFINISHED, TEMPORARY}:
+            return
+        if not refused:     # a run that stopped before it recorded anything
+            with contextlib.suppress(FileNotFoundError):
+                os.rmdir(temporary_dir(run_dir))    # (only if empty: else OSError, kept)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(run_dir, UNFINISHED))
+        os.unlink(os.path.join(run_dir, LOCK))
+        if made:
+            os.rmdir(os.path.realpath(run_dir))     # a link stays: the user made it
 
 
 def _refuse_foreign(run_dir: str) -> None:
@@ -173,7 +180,9 @@ def temporary_dir(run_dir: str) -> str:
 
 
 def begin(run_dir: str) -> None:
-    """Mark the run dir unfinished (before anything else of the run is written)."""
+    """Mark the run dir unfinished (before anything else of the run is written: a new run
+    does it as soon as it holds the lock, before its corpus is scanned), and make its
+    ``_temporary/``."""
     with atomic_path(os.path.join(run_dir, UNFINISHED)) as tmp:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(UNFINISHED_NOTE)

@@ -479,6 +479,8 @@ def _execute_locked(job: DistJob, started: float) -> RunReport:
     if old is not None and not job.resume:
         raise LmcError(f"{job.run_dir} already holds a run (_manifest.json): use --resume to "
                        "finish it, or a new --run-dir")
+    if old is None:     # from the start: the scan and the cluster's start take seconds
+        commit.begin(job.run_dir)
     with scanned_while_connecting(job, old) as (client, scanned):
         report = _run_scanned(job, client, scanned, old, may_stop_early=not stopped_before)
     commit.remove_leftovers(job.run_dir)

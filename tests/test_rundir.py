@@ -583,6 +583,46 @@ def test_a_run_that_writes_nothing_leaves_no_run_dir(tmp_path):
     again = lmc_dist("run", toy_model_command(), "we", "--input", str(tmp_path / "nope.txt"),
                      "--run-dir", str(existing), "--no-progress")
     assert again.returncode == 2 and list(existing.iterdir()) == []
+    bad = tmp_path / "bad.txt"      # found while the corpus is scanned: the run had begun
+    bad.write_bytes(b"fine\n\xff not UTF-8\n")
+    for run_dir in (made, existing):
+        scanned = lmc_dist("run", toy_model_command(), "we", "--input", str(bad), "--run-dir",
+                           str(run_dir), "--no-progress")
+        assert scanned.returncode == 2
+        assert scanned.stderr == f"lmc-dist: error: {bad}:2: not valid UTF-8 (byte 0 of the line)\n"
+    assert not made.exists() and list(existing.iterdir()) == []
+
+
+def test_a_run_dir_is_marked_unfinished_from_the_run_s_start(tmp_path):
+    """Before the corpus is scanned and the cluster reached (seconds for a large corpus, up
+    to Dask's connect timeout for a --scheduler), the run dir held only the hidden lock:
+    ``pandas.read_parquet`` read it as an empty log and ``lmc stats`` said 'not a log'.  The
+    unfinished-run marker is there from the start; a run that fails there takes it away."""
+    run_dir = tmp_path / "run"
+    corpus = tagged_corpus(tmp_path / "corpus.txt", 5)
+    argv = [str(BIN / "lmc-dist"), "run", toy_model_command(), "we", "--input", str(corpus),
+            "--run-dir", str(run_dir), "--scheduler", "tcp://127.0.0.1:9", "--no-progress"]
+    env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "6s"}
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not (run_dir / "RUN-NOT-FINISHED.parquet").exists() and proc.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sorted(os.listdir(run_dir)) == [".lmc-dist.lock", "RUN-NOT-FINISHED.parquet",
+                                               "_temporary"]
+        refused = lmc("stats", str(run_dir))
+        with pytest.raises(Exception, match="RUN-NOT-FINISHED.parquet"):
+            pd.read_parquet(run_dir)
+        assert proc.poll() is None, "the run ended before it could be read"
+    finally:
+        _, stderr = proc.communicate(timeout=120)
+    assert refused.returncode == 2
+    assert refused.stderr == (f"lmc: error: {run_dir}: unfinished lmc-dist run: it has not "
+                              "recorded its partitions yet (it is starting, or it stopped while "
+                              "it started: run it again)\n")
+    assert proc.returncode == 2 and "cannot reach the Dask scheduler" in stderr.decode()
+    assert not run_dir.exists()
 
 
 def test_a_run_dir_given_as_a_link_to_a_directory_not_yet_made(tmp_path):

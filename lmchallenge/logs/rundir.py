@@ -175,10 +175,15 @@ def inspect(path: str) -> RunDir:
         InputError: the manifest is unreadable or its partitions do not make up the run
             (:func:`check_cut`), a finished run lacks a part file or holds one its manifest
             does not list, a part is not the file the manifest records
-            (:func:`changed_part`), or a directory without a manifest holds no ``part-*``
-            files.
+            (:func:`changed_part`), a directory without a manifest holds no ``part-*``
+            files, or it holds the unfinished run's marker (a run starting: its manifest
+            follows its corpus' scan).
     """
     manifest = read_manifest(path)
+    if manifest is None and (Path(path) / UNFINISHED).is_file():
+        raise InputError(path, None, "unfinished lmc-dist run: it has not recorded its "
+                                     "partitions yet (it is starting, or it stopped while it "
+                                     "started: run it again)")
     if manifest is None:
         return RunDir(path, None, _globbed_parts(path), [])
     check_cut(path, manifest)
