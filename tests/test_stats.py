@@ -411,7 +411,8 @@ def test_cli_corpus_is_not_a_log():
     corpus = REPO / "tests" / "data" / "logs" / "rails40.jsonl"
     result = run_lmc("stats", str(corpus), check=False)
     assert result.returncode == 2
-    assert "rails40.jsonl:1: not an LM Challenge log datum" in result.stderr.decode()
+    assert result.stderr.decode().endswith(
+        "rails40.jsonl:1: not an LM Challenge log datum: field (datum): 'message' is a required property\n")
     assert result.stdout == b""
 
 
@@ -420,27 +421,27 @@ _WR_DATUM = '{"user": null, "message": 0, "token": %d, "character": 0, "target":
 
 
 @pytest.mark.parametrize("payload, message", [
-    ('"results": [["x", 0]]', "a row of results is ['x', 0], not [candidate, error score, LM score]"),
-    ('"results": "xy"', "results is 'xy', not a list"),
-    ('"results": [["x", 0, null], "y"]', "a row of results is 'y'"),
-    ('"results": [[1, 0, null]]', "a row of results is [1, 0, None]"),
-    ('"results": [["x", "0", null]]', "an error score is '0', not a number"),
-    ('"results": [["x", 0, "-1"]]', "an LM score is '-1', not a number"),
-    ('"logp": "-1"', "logp is '-1', not a number"),
-    ('"logp": true', "logp is True, not a number"),
-    ('"results": [["x", 0, null], ["y", 0, null, 1], {"z": 1}]', "a row of results is {'z': 1}"),
+    ('"results": [["x", 0]]', "field results[0]: ['x', 0] is too short"),
+    ('"results": "xy"', "field results: 'xy' is not of type 'array'"),
+    ('"results": [["x", 0, null], "y"]', "field results[1]: 'y' is not of type 'array'"),
+    ('"results": [[1, 0, null]]', "field results[0][0]: 1 is not of type 'string'"),
+    ('"results": [["x", "0", null]]', "field results[0][1]: '0' is not of type 'number'"),
+    ('"results": [["x", 0, "-1"]]', "field results[0][2]: '-1' is not of type 'number', 'null'"),
+    ('"logp": "-1"', "field (datum): 'results' is a dependency of 'verbatim'"),   # (a wr datum)
+    ('"logp": true', "field (datum): 'results' is a dependency of 'verbatim'"),
+    ('"results": [["x", 0, null], ["y", 0, null, 1], {"z": 1}]',
+     "field results[2]: {'z': 1} is not of type 'array'"),
 ])
 def test_cli_datum_of_wrong_shape(payload, message, tmp_path):
-    """A datum whose results or logp are not of the log's types is named by file and line
-    (QA: a short results row was an IndexError traceback, a string logp was read as a
-    number, a string score as a score)."""
+    """A datum whose results or logp are not of the log's types is named by file and line,
+    and what is wrong as lmc validate says it (QA: a short results row was an IndexError
+    traceback, a string logp was read as a number, a string score as a score)."""
     log = tmp_path / "odd.jsonl"
     log.write_text(_WR_DATUM % (0, '"results": [["x", 0, -1.5], ["y", -2, -1]]')
                    + _WR_DATUM % (1, payload))
     result = run_lmc("stats", str(log), check=False)
     assert result.returncode == 2, result.stderr
-    assert f"odd.jsonl:2: not an LM Challenge log datum (TypeError: {message}" \
-        in result.stderr.decode()
+    assert result.stderr.decode().endswith(f"odd.jsonl:2: not an LM Challenge log datum: {message}\n")
     assert "Traceback" not in result.stderr.decode() and result.stdout == b""
 
 

@@ -103,20 +103,18 @@ def test_pretty_names_a_malformed_datum_and_a_bad_float_format(tmp_path):
         assert given.returncode == 0 and given.stdout == plain.stdout != ""
 
 
-@pytest.mark.parametrize("user, validate_says, stats_says", [
-    ("7.0", "field user: 7.0 is not of type 'string', 'integer', 'null'", "cannot fingerprint a float"),
-    ("1e30", "field user: 1e+30 is not of type 'string', 'integer', 'null'", "cannot fingerprint a float"),
-    ("true", "field user: True is not of type 'string', 'integer', 'null'", "cannot fingerprint a bool"),
-])
-def test_users_that_are_neither_strings_nor_integers_are_refused_alike(tmp_path, user, validate_says, stats_says):
+@pytest.mark.parametrize("user, shown", [("7.0", "7.0"), ("1e30", "1e+30"), ("true", "True"),
+                                         ('[1]', "[1]")])
+def test_users_that_are_neither_strings_nor_integers_are_refused_alike(tmp_path, user, shown):
     """validate passed 7.0 and 1e30 (JSON Schema counts them as integers) that stats refused;
-    stats took true for the user 1 (Python's True == 1)."""
+    stats took true for the user 1 (Python's True == 1), then refused it saying 'TypeError:
+    cannot fingerprint a bool': both say what lmc validate says."""
     log = tmp_path / "log.jsonl"
     log.write_text(f'{{"user": {user}, "message": 0, "token": 0, "character": 0, "target": "a", "logp": -1.0}}\n')
-    for command, said in (("validate", validate_says), ("stats", stats_says)):
+    said = f"field user: {shown} is not of type 'string', 'integer', 'null'\n"
+    for command, prefix in (("validate", ""), ("stats", "not an LM Challenge log datum: ")):
         result = subprocess.run([str(BIN / "lmc"), command, str(log)], capture_output=True, text=True)
-        assert result.returncode == 2 and result.stderr.startswith(f"lmc: error: {log}:1: "), result.stderr
-        assert said in result.stderr
+        assert (result.returncode, result.stderr) == (2, f"lmc: error: {log}:1: {prefix}{said}")
 
 
 def test_an_integer_of_thousands_of_digits_is_invalid_json_not_a_traceback(tmp_path):

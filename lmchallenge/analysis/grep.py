@@ -145,7 +145,7 @@ def select(data: Iterable[Datum], predicate: Predicate, name: str = "<log>") -> 
             out = dict(datum)
             out["select"] = bool(is_selected(datum) and predicate(datum))
         except (KeyError, TypeError, AttributeError, ValueError) as e:
-            from lmchallenge.analysis.validate import problem
+            from lmchallenge.logs.check import problem
 
             reason = problem(datum) or f"not an LM Challenge log datum ({type(e).__name__}: {e})"
             raise InputError(name, number, reason) from None

@@ -264,7 +264,7 @@ def check_data(data: Sequence[Datum], game: str | None, name: str) -> None:
 def checked(data: Iterable[Datum], game: str | None, name: str, start: int = 1) -> Iterator[Datum]:
     """The datums of ``data``, each checked as it comes (:func:`check_data`); ``start``: the
     number errors give the first."""
-    from lmchallenge.analysis.validate import problem
+    from lmchallenge.logs.check import problem
 
     keys = PAYLOAD_COLUMNS.get(game or "", ())
     for n, datum in enumerate(data, start=start):

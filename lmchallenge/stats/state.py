@@ -372,6 +372,9 @@ def state_of_numbered(numbered: Iterable[tuple[int, Datum]], path: str, groups: 
             if groups is not None:
                 groups.update(datum)
         except (KeyError, TypeError, AttributeError, ValueError, IndexError) as e:
-            raise InputError(path, number, f"not an LM Challenge log datum ({type(e).__name__}: "
-                             f"{e}); lmc validate tells what is wrong") from None
+            from lmchallenge.logs.check import problem
+
+            found = problem(datum)     # as lmc validate says it (a bool user: 'cannot fingerprint')
+            reason = f": {found}" if found else f" ({type(e).__name__}: {e})"
+            raise InputError(path, number, f"not an LM Challenge log datum{reason}") from None
     return state
