@@ -343,6 +343,19 @@ def test_a_crash_is_named_where_the_model_died(tmp_path):
     assert text.endswith("model stderr (tail):\ntoy model: crashing on 'MARKER'\n")
 
 
+def test_a_model_that_fails_before_its_first_answer_is_not_said_to_have_all_requests_in_flight():
+    """A mistyped model command: the error named the 58 requests sent before the model's
+    exit was seen, and 'requests in flight up to' the last of their tokens (noise: the model
+    never answered); the first request is named, and the model's stderr."""
+    model = "sh -c 'read request; echo no such model file >&2; exit 2'"   # (read: they were sent)
+    text = failed(lmc("run", model, "we", stdin=MARKED))
+    assert text == ("no such model file\n"
+                    f"lmc: error: model {model!r}: exited with code 2\n"
+                    "while evaluating user None, message 0, token 0 ('alpha')\n"
+                    "request (answer line 1): 'predict\\t\\talpha'\n"
+                    "model stderr (tail):\nno such model file\n")
+
+
 def test_a_crash_of_a_model_answering_in_batches_names_all_in_flight():
     """The model dies on message 31 with answers still in its buffer: the oldest unanswered
     request is earlier, so the requests in flight are named up to the newest sent."""

@@ -207,9 +207,12 @@ class ShellModel(Model):
         oldest first) were sent, the first of them being the request of the failing answer,
         which follows the answer lines read so far and ``skip`` more.  The model is killed
         if it still runs: it is no longer in step with its requests, and its ``close`` must
-        not wait for it."""
+        not wait for it.  A model that fails before its first answer (a mistyped command, a
+        missing file) is not said to have had every request sent so far in flight."""
         if self._proc.poll() is None:
             self.kill()
+        if self._answer_lines + skip == 0:
+            in_flight = in_flight[:1]
         return ModelError(self.cmd, reason, query=in_flight[0] if in_flight else None,
                           stderr_tail=self._stderr.text(wait=1.0),
                           in_flight=in_flight if len(in_flight) > 1 else (),
