@@ -302,6 +302,33 @@ def test_an_infinite_score_gives_an_interval_reaching_infinity(tmp_path):
     assert np.array_equal(totals[~infinite], expected[~infinite])
 
 
+@pytest.mark.parametrize("method", ["percentile", "bca"])
+def test_a_nan_score_gives_a_nan_interval(tmp_path, method):
+    """QA: the resamples that drew the NaN user were left out as 'without data', so the
+    figure NaN had the finite interval of the resamples that missed that user (biased,
+    looking valid); lmc compare showed a null value beside a finite value_ci.  As
+    docs/uncertainty.md says: the figure and its interval are NaN, with a warning."""
+    nan = tmp_path / "nan.jsonl"
+    nan.write_text(we_rows(30, set(range(30)), logp=lambda u, t: math.nan if (u, t) == (3, 0) else -1.0 - u / 10))
+    ok = tmp_path / "ok.jsonl"
+    ok.write_text(we_rows(30, set(range(30)), logp=lambda u, t: -1.0 - u / 10))
+    result = run_lmc("stats", "--confidence", "0.95", "--ci-method", method, str(nan), check=False)
+    stats = json.loads(result.stdout)
+    assert math.isnan(stats["entropy"]["mean"])
+    assert all(math.isnan(x) for x in stats["ci"]["entropy.mean"])
+    assert stats["ci"]["entropy.hit"] == [1.0, 1.0]
+    assert "entropy.mean not finite" in result.stderr.decode()
+    compared = json.loads(run_lmc("compare", "-o", "json", "--ci-method", method, str(ok),
+                                  str(nan)).stdout)["metrics"]["entropy.mean"]
+    assert (compared["value"], compared["value_ci"], compared["ci"]) == (None, [None, None], None)
+    groups = [bootstrap.summarise(str(p)).table for p in (nan, ok)]
+    settings = bootstrap.Settings(resamples=200, seed=1, method=method)
+    metric = [m for m in bootstrap.METRICS if m[0] == "entropy.mean"]
+    for log, baseline in (groups, groups[::-1]):
+        delta = bootstrap.paired(log, baseline, metric, settings)["entropy.mean"]
+        assert math.isnan(delta.delta) and all(math.isnan(x) for x in delta.ci)
+
+
 def test_too_many_resamples_are_a_usage_error():
     # QA: --resamples 100000000 asked numpy for 11 GiB: a MemoryError traceback
     result = run_lmc("stats", "--confidence", "0.95", "--resamples", "100000000",
@@ -323,6 +350,11 @@ def test_resamples_too_few_for_the_level_are_warned_about_and_one_is_refused():
     assert b"--resamples 2000 or more" in run_lmc("stats", "--confidence", "0.99", log).stderr
     assert b"1999 resamples leave 9.99 beyond" in run_lmc("stats", "--confidence", "0.99", "--resamples",
                                                          "1999", log).stderr     # not "10"
+    # QA: it asked for '--resamples 20000000546 or more' (refused) of 'a 1 interval'
+    assert run_lmc("stats", "--confidence", "0.999999999", log).stderr.decode() == (
+        "WARNING\t1000 resamples leave 5e-07 beyond each endpoint of a 0.999999999 interval: its "
+        "endpoints are rough (that takes about 20,000,000,000 resamples, more than the most, "
+        "1,000,000: use a lower --confidence)\n")
     one = run_lmc("stats", "--confidence", "0.95", "--resamples", "1", log, check=False)
     assert one.returncode == 2 and one.stdout == b""
     assert "Invalid value for '--resamples': 1 is not in the range 2<=x<=1000000." in one.stderr.decode()

@@ -490,8 +490,12 @@ def _bca_levels(theta: float, resampled: np.ndarray, jackknife: np.ndarray,
 def interval(table: GroupTable, totals: np.ndarray, numerator: str, denominator: str,
              settings: Settings) -> list[float]:
     """``[low, high]`` of ``sum(numerator) / sum(denominator)`` from resampled totals
-    (:func:`resampled_totals` of ``table``); NaN where no resample has a denominator."""
+    (:func:`resampled_totals` of ``table``); NaN where no resample has a denominator, or
+    where a group's numerator is NaN (a NaN score: the figure is NaN, and an interval of
+    the resamples that missed its group would look valid: QA)."""
     num, den = COLUMN[numerator], COLUMN[denominator]
+    if np.isnan(table.sums[:, num]).any():
+        return [math.nan, math.nan]
     resampled = ratio(totals[:, num], totals[:, den])
     alpha = 1 - settings.confidence
     levels = [alpha / 2, 1 - alpha / 2]
@@ -607,9 +611,15 @@ def few_resamples(settings: Settings) -> str | None:
     shown = f"{tail:.3g}"
     if float(shown) >= TAIL_RESAMPLES:      # 9.995 is not "10"
         shown = f"{math.floor(tail * 100) / 100:g}"
+    level = f"{settings.confidence:g}"
+    if float(level) >= 1:       # 0.999999999 is not "a 1 interval"
+        level = repr(settings.confidence)
+    advice = (f"--resamples {wanted} or more" if wanted <= MAX_RESAMPLES else
+              f"that takes about {float(f'{wanted:.3g}'):,.0f} resamples, more than the most, "
+              f"{MAX_RESAMPLES:,}: use a "
+              "lower --confidence")
     return (f"{settings.resamples} resamples leave {shown} beyond each endpoint of a "
-            f"{settings.confidence:g} interval: its endpoints are rough (--resamples {wanted} "
-            "or more)")
+            f"{level} interval: its endpoints are rough ({advice})")
 
 
 def _check(settings: Settings) -> None:
@@ -688,6 +698,8 @@ def paired(log: GroupTable, baseline: GroupTable, metrics: Sequence[tuple[str, s
                     - ratio(whole_base[num] - baseline.sums[:, num], whole_base[den] - baseline.sums[:, den]))
             levels = _bca_levels(delta, deltas, jack, alpha)
         ci = _percentile(deltas, levels)
+        if np.isnan(log.sums[:, num]).any() or np.isnan(baseline.sums[:, num]).any():
+            ci = [math.nan, math.nan]      # a NaN score: the delta is NaN (see interval)
         if shuffled is None:
             null = np.abs(deltas - delta)
         else:
