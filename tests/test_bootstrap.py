@@ -231,8 +231,8 @@ def test_lmc_stats_confidence_rejects_a_bad_level():
 
 def test_few_groups_are_warned_about():
     few = run_lmc("stats", "--confidence", "0.9", str(LOGS / "kjv.ce.jsonl"))     # 4 messages
-    assert few.stderr.decode() == ("WARNING\tonly 4 users (or messages) to resample: "
-                                   "the bootstrap intervals are rough\n")
+    assert few.stderr.decode() == (f"WARNING\t{LOGS / 'kjv.ce.jsonl'}: only 4 users (or "
+                                   "messages) to resample: the bootstrap intervals are rough\n")
     assert run_lmc("stats", "--confidence", "0.9", str(LOGS / "kjv.wc.jsonl")).stderr == b""   # 30
 
 
@@ -244,7 +244,7 @@ def test_bca_on_one_group_is_the_value_and_only_the_warning(tmp_path):
     result = run_lmc("stats", "--confidence", "0.95", "--ci-method", "bca", str(one))
     stats = json.loads(result.stdout)
     assert stats["ci"]["entropy.mean"] == pytest.approx([stats["entropy"]["mean"]] * 2, rel=1e-12)
-    assert result.stderr.decode() == ("WARNING\tonly 1 user (or message) to resample: "
+    assert result.stderr.decode() == (f"WARNING\t{one}: only 1 user (or message) to resample: "
                                       "the bootstrap intervals are rough\n")
 
 
@@ -264,21 +264,31 @@ def test_few_groups_with_data_for_a_figure_are_warned_about(tmp_path):
     stats = json.loads(result.stdout)
     assert stats["ci"]["entropy.mean"] == pytest.approx([stats["entropy"]["mean"]] * 2, rel=1e-12)
     assert stats["ci"]["entropy.hit"][0] < stats["ci"]["entropy.hit"][1]
-    assert result.stderr.decode() == ("WARNING\tonly 1 of 30 users (or messages) have data for "
-                                      "entropy.mean: its bootstrap interval is rough (of width 0)\n")
+    assert result.stderr.decode() == (f"WARNING\t{log}: only 1 of 30 users (or messages) have "
+                                      "data for entropy.mean: its bootstrap interval is rough (of "
+                                      "width 0)\n")
     log.write_text(we_rows(30, set(range(12))))
     result = run_lmc("stats", "--confidence", "0.95", "--derived", str(log))
     assert result.stderr.decode() == (
-        "WARNING\tonly 12 of 30 users (or messages) have data for entropy.mean: its bootstrap "
-        "interval is rough\n")
+        f"WARNING\t{log}: only 12 of 30 users (or messages) have data for entropy.mean: its "
+        "bootstrap interval is rough\n")
     log.write_text(we_rows(30, set(range(30))))
     assert run_lmc("stats", "--confidence", "0.95", str(log)).stderr == b""
     # few users in all, fewer with scores: one line for each (it said "only 5 of 5 users")
     log.write_text(we_rows(5, {0, 1}))
     assert run_lmc("stats", "--confidence", "0.95", str(log)).stderr.decode() == (
-        "WARNING\tonly 5 users (or messages) to resample: the bootstrap intervals are rough\n"
-        "WARNING\tonly 2 of 5 users (or messages) have data for entropy.mean: its bootstrap "
-        "interval is rough\n")
+        f"WARNING\t{log}: only 5 users (or messages) to resample: the bootstrap intervals are rough\n"
+        f"WARNING\t{log}: only 2 of 5 users (or messages) have data for entropy.mean: its "
+        "bootstrap interval is rough\n")
+    # of several logs, each one's (QA: three warnings, no log named)
+    other = tmp_path / "other.jsonl"
+    other.write_text(we_rows(30, {0}))
+    assert run_lmc("stats", "--confidence", "0.95", str(log), str(other)).stderr.decode() == (
+        f"WARNING\t{log}: only 5 users (or messages) to resample: the bootstrap intervals are rough\n"
+        f"WARNING\t{log}: only 2 of 5 users (or messages) have data for entropy.mean: its "
+        "bootstrap interval is rough\n"
+        f"WARNING\t{other}: only 1 of 30 users (or messages) have data for entropy.mean: its "
+        "bootstrap interval is rough (of width 0)\n")
 
 
 def test_an_infinite_score_gives_an_interval_reaching_infinity(tmp_path):

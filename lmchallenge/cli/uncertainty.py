@@ -165,7 +165,7 @@ def _row(path: str, lines: int | None, human: bool, options: dict[str, Any]) -> 
     settings = None
     if options.get("confidence") is not None:
         settings = settings_of(options)
-        row["ci"] = bootstrap.intervals(summary.table, summary.metrics(derived), settings)
+        row["ci"] = bootstrap.intervals(summary.table, summary.metrics(derived), settings, source=path)
         if derived:
             row["ci"].update(derived_intervals(row["ci"]))
         row["ci"] = bootstrap.holding(row["ci"], row)

@@ -550,7 +550,7 @@ def lookup(nested: dict[str, Any], path: str) -> Any:
 
 
 def intervals(table: GroupTable, metrics: Sequence[tuple[str, str, str]],
-              settings: Settings, warn: bool = True) -> dict[str, list[float]]:
+              settings: Settings, warn: bool = True, source: str | None = None) -> dict[str, list[float]]:
     """``{key path: [low, high]}`` for each of ``metrics`` (see :data:`METRICS`).
 
     Args:
@@ -559,6 +559,8 @@ def intervals(table: GroupTable, metrics: Sequence[tuple[str, str, str]],
         settings: confidence, resamples, seed, method.
         warn: warn (logging) when there are fewer than :data:`FEW_GROUPS` groups; a caller
             that resamples several logs of the same data warns once.
+        source: the log's name, that begins each warning (``lmc stats`` of several logs:
+            QA), or None.
     Raises:
         ValueError: an unknown method, or a confidence outside (0, 1).
     """
@@ -567,7 +569,7 @@ def intervals(table: GroupTable, metrics: Sequence[tuple[str, str, str]],
         return {}
     if warn:
         for line in few_groups(table, metrics):
-            LOG.warning("%s", line)
+            LOG.warning("%s%s", f"{source}: " if source else "", line)
     used = sorted({COLUMN[name] for _, num, den in metrics for name in (num, den)})
     totals = np.zeros((settings.resamples, len(COLUMNS)))
     totals[:, used] = resampled_totals(table.sums[:, used], settings)     # only the columns used
