@@ -34,11 +34,34 @@ def checked_address(address: str) -> str:
         scheme, location = parse_address(address)
         if scheme not in ADDRESS_SCHEMES:
             raise ValueError(f"unknown scheme {scheme!r}; one of {', '.join(ADDRESS_SCHEMES)}")
-        parse_host_port(location)
+        _, port = parse_host_port(location)
+        if scheme in ("tcp", "tls") and not 0 < int(port) < 65536:   # (it waited 30 s on one)
+            raise ValueError(f"port {port} is not from 1 to 65535")
     except ValueError as e:
         raise ValueError(f"{address!r} is not a Dask scheduler address, SCHEME://HOST:PORT such "
                          f"as tcp://127.0.0.1:8786 ({e})") from None
     return address
+
+
+def unresolved_host(address: str) -> str | None:
+    """Why the host of a ``tcp``/``tls`` scheduler ``address`` has no network address (its
+    name does not resolve: Dask tried it until its connect timeout, 30 s, and then said
+    'Timed out'), or None (it resolves, or another scheme)."""
+    import socket
+
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    scheme, location = parse_address(address)
+    if scheme not in ("tcp", "tls"):
+        return None
+    host, port = parse_host_port(location)
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        return f"its host {host!r} is not found: {e.strerror or e}"
+    except (OSError, UnicodeError):     # (let Dask try it, and say what it found)
+        return None
+    return None
 
 
 def require_scheduler(client: Client) -> None:

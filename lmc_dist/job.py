@@ -45,7 +45,7 @@ from lmchallenge.model.spec import PredictorSpec
 from lmc_dist import commit
 from lmc_dist import manifest as mf
 from lmc_dist import reduce
-from lmc_dist.connection import require_scheduler, submit
+from lmc_dist.connection import require_scheduler, submit, unresolved_host
 from lmc_dist.failures import StartFailures, failure_messages, stop_reason
 from lmc_dist.partition import scan, sha256_of
 from lmc_dist.resources import Resources, format_resources, offering, require_offered
@@ -200,10 +200,14 @@ def scheduler_client(address: str, say_after: float = 2.0) -> Client:
     (``distributed.comm.timeouts.connect``: 30 s), a warning says what the run waits for.
 
     Raises:
-        LmcError: no scheduler answers there (within Dask's ``distributed.comm.timeouts.connect``),
+        LmcError: its host name does not resolve (at once: Dask waited its connect timeout),
+            no scheduler answers there (within Dask's ``distributed.comm.timeouts.connect``),
             or none has finished the client's start within three times that and
             :data:`CONNECT_GRACE_SECONDS`.
     """
+    unresolved = unresolved_host(address)
+    if unresolved is not None:
+        raise LmcError(f"cannot reach the Dask scheduler at {address}: {unresolved}")
     limit = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds")
     waiting = threading.Timer(say_after, LOG.warning, (
         "no answer yet from the Dask scheduler at %s: waiting up to %g s (Dask's "

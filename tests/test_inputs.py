@@ -8,6 +8,7 @@ import csv
 import gzip
 import io
 import json
+import re
 import math
 import os
 import random
@@ -452,6 +453,8 @@ def test_a_wait_for_the_scheduler_is_said(tmp_path):
     ("tcp://localhost", "missing port number in address 'localhost'"),
     ("tcp://localhost:abc", "invalid literal for int() with base 10: 'abc'"),
     ("foo://bar:1", "unknown scheme 'foo'; one of tcp, tls, ws, wss"),
+    ("tcp://127.0.0.1:99999", "port 99999 is not from 1 to 65535"),   # (it waited 30 s)
+    ("localhost:0", "port 0 is not from 1 to 65535"),
 ])
 def test_a_malformed_scheduler_address_is_refused_before_any_work(tmp_path, address, why):
     corpus = write_rows(tmp_path / "c.jsonl", [{"text": "a b"}])
@@ -461,6 +464,19 @@ def test_a_malformed_scheduler_address_is_refused_before_any_work(tmp_path, addr
     assert result.stderr.decode().endswith(
         f"Error: Invalid value for '--scheduler': {address!r} is not a Dask scheduler address, "
         f"SCHEME://HOST:PORT such as tcp://127.0.0.1:8786 ({why})\n")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_scheduler_host_whose_name_does_not_resolve_is_refused_at_once(tmp_path):
+    """QA: it waited Dask's connect timeout (30 s), then said 'Timed out trying to connect'."""
+    corpus = write_rows(tmp_path / "c.jsonl", [{"text": "a b"}])
+    result = run(LMC_DIST, "run", toy_model_command(), "we", "--input", str(corpus), "--run-dir",
+                 str(tmp_path / "run"), "--scheduler", "tcp://no-such-host.invalid:8786",
+                 "--workers", "1")
+    assert result.returncode == 2
+    assert re.fullmatch(r"lmc-dist: error: cannot reach the Dask scheduler at "
+                        r"tcp://no-such-host.invalid:8786: its host 'no-such-host.invalid' is not "
+                        r"found: [^\n]+\n", result.stderr.decode()), result.stderr
     assert not (tmp_path / "run").exists()
 
 
