@@ -609,6 +609,9 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
     # the summary gave its tokens to this invocation's rate); one whose file turned out
     # unreadable was made again, by this invocation (QA: counted as kept)
     kept = [i for i in before if i not in made]
+    # workers that joined a --scheduler's cluster after the start took partitions too (QA:
+    # 'on 1 worker' where two made them)
+    workers = max(workers, len({entries[i].get("worker") for i in made} - {None}))
     return RunReport(stats=stats or {}, tokens=tokens, seconds=0.0,
                      workers=workers, partitions=len(tasks), failed=failure_messages(tasks, errors),
                      failed_partitions=len(errors), not_run=len(not_run),

@@ -991,6 +991,30 @@ def test_a_scheduler_without_workers_is_said_and_the_run_goes_on_when_one_comes(
 
 
 @pytest.mark.slow
+def test_a_worker_that_joins_during_the_run_is_counted_in_its_summary(tmp_path):
+    """QA: a worker started after the run had begun took partitions, and the summary said
+    'on 1 worker'."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_bytes(b"".join((DATA / "kjv" / "test.sample.txt").read_bytes()
+                                .splitlines(keepends=True)[:60]))
+    with cluster(1, tmp_path) as c:
+        proc = subprocess.Popen([str(BIN / "lmc-dist"), "run", toy_model_command("--delay", "0.02"),
+                                 "we", "--input", str(corpus), "--run-dir", str(tmp_path / "rd"),
+                                 "--scheduler", c.address, "--partition-chars", "300",
+                                 "--no-progress"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        while not (tmp_path / "rd" / "_manifest.json").exists() and proc.poll() is None:
+            time.sleep(0.1)
+        c.workers.append(c.start_worker(1))
+        _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    manifest = json.loads((tmp_path / "rd" / "_manifest.json").read_text())
+    workers = {p["worker"] for p in manifest["partitions"]}
+    assert len(workers) == 2, "the second worker took no partition: start it sooner"
+    assert f" on 2 workers, {len(manifest['partitions'])} partitions;" in err, err
+
+
+@pytest.mark.slow
 def test_losing_the_workers_with_the_resources_asked_for_is_said(tmp_path):
     """A run with --resources GPU=1 whose only GPU worker is lost waited in silence (the
     watch counted every worker); it says so, and goes on when one comes."""
