@@ -212,6 +212,36 @@ def test_parquet_log_with_a_string_message_column(tmp_path):
                      f"{log}: column 'message' is large_string, not int64 as an LM Challenge log's")
 
 
+@pytest.mark.parametrize("game, change, said", [
+    ("we", lambda t: pa.Table.from_arrays([t["logp"], *t.columns], names=["logp", *t.column_names]),
+     "not an LM Challenge log: column(s) ['logp'] more than once"),
+    ("wc", lambda t: t.set_column(t.schema.get_field_index("completions"), "completions",
+                                  pa.array([["a", "b"]] * len(t))),
+     "column 'completions' is list<element: string>, not list<item: list<item: string>> as an LM "
+     "Challenge log's"),
+    ("wr", lambda t: t.set_column(t.schema.get_field_index("results"), "results",
+                                  pa.array([[["a", "0", "-1"]]] * len(t))),
+     "column 'results' is list<element: list<element: string>>, not list<item: struct<candidate: "
+     "string, error: double, lm: double>> as an LM Challenge log's"),
+])
+def test_a_parquet_log_of_an_odd_shape_is_refused_by_every_reader(tmp_path, game, change, said):
+    """QA: a column twice, or completions of strings instead of lists of strings: a
+    traceback in lmc stats and lmc compare, while lmc validate passed the first and lmc
+    convert and lmc grep wrote a log that lmc validate refuses from the second."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("a b\nc d e\n")
+    good = tmp_path / "good.parquet"
+    args = [str(VOCAB)] if game == "wr" else []
+    assert run(LMC, "run", toy_model_command(), game, *args, str(corpus), "--output", str(good)).returncode == 0
+    log = tmp_path / "odd.parquet"
+    pq.write_table(change(pq.read_table(good)), log)
+    for command in (["stats", log], ["validate", log], ["pretty", log], ["grep", "a", log],
+                    ["compare", log, log], ["diff", log, log],
+                    ["convert", log, "-o", tmp_path / "out.jsonl"]):
+        assert_error(run(LMC, *map(str, command)), f"{log}: {said}")
+    assert not (tmp_path / "out.jsonl").exists()
+
+
 def test_all_null_select_column_reads_as_selected(tmp_path):
     log = tmp_path / "nulls.parquet"
     table = pa.table({"user": pa.array([None, None], pa.null()), "message": [0, 0], "token": [0, 1],

@@ -457,6 +457,9 @@ def check_columns(schema: pa.Schema, path: str) -> None:
     missing = [f.name for f in _COMMON_FIELDS if f.name not in schema.names and f.name != "select"]
     if missing:
         raise InputError(path, None, f"not an LM Challenge log: no column(s) {missing}")
+    twice = sorted({name for name in schema.names if schema.names.count(name) > 1})
+    if twice:       # (QA: a KeyError traceback in lmc stats, and lmc validate passed it)
+        raise InputError(path, None, f"not an LM Challenge log: column(s) {twice} more than once")
     for field in schema:
         if field.name in _ARROW_TYPES and not _type_fits(field.type, field.name):
             expected = "string or int64" if field.name == "user" else _ARROW_TYPES[field.name][0]
@@ -481,17 +484,39 @@ def _never(kind: pa.DataType) -> bool:
 
 def _type_fits(kind: pa.DataType, name: str) -> bool:
     """Whether a column ``name`` of Arrow type ``kind`` reads as the log's column: the same
-    kind of type (any width; large or dictionary-encoded strings), or all null where the
-    column may be null."""
+    kind of type (any width; large or dictionary-encoded strings; for ``completions`` and
+    ``results``, lists of the same elements), or all null where the column may be null."""
+    kind = _plain(kind)
+    if pa.types.is_null(kind):
+        return _ARROW_TYPES[name][1]
+    if name in ("completions", "results"):    # (QA: list<string> completions: a traceback)
+        return pa.types.is_list(kind) and _elements_fit(_plain(kind.value_type), name)
+    return _KIND_OF_TYPE[name](kind)
+
+
+def _plain(kind: pa.DataType) -> pa.DataType:
+    """``kind`` with dictionary encoding, large and view strings, and large lists taken as
+    their plain types (the same values to a reader)."""
     if pa.types.is_dictionary(kind):
         kind = kind.value_type
     if pa.types.is_large_string(kind) or getattr(pa.types, "is_string_view", _never)(kind):
-        kind = pa.string()
+        return pa.string()
     if pa.types.is_large_list(kind):
-        return name in ("completions", "results")
-    if pa.types.is_null(kind):
-        return _ARROW_TYPES[name][1]
-    return _KIND_OF_TYPE[name](kind)
+        return pa.list_(kind.value_field)
+    return kind
+
+
+def _elements_fit(element: pa.DataType, name: str) -> bool:
+    """Whether the elements of a ``completions`` column (lists of strings) or a ``results``
+    column (structs of a string ``candidate`` and numbers ``error`` and ``lm``) are such."""
+    if name == "completions":
+        return pa.types.is_list(element) and pa.types.is_string(_plain(element.value_type))
+    if not pa.types.is_struct(element):
+        return False
+    fields = {element.field(i).name: _plain(element.field(i).type) for i in range(element.num_fields)}
+    number = (pa.types.is_floating, pa.types.is_integer, pa.types.is_null)
+    return (set(fields) == {"candidate", "error", "lm"} and pa.types.is_string(fields["candidate"])
+            and all(any(test(fields[key]) for test in number) for key in ("error", "lm")))
 
 
 def _batch_datums(batch: pa.RecordBatch) -> Iterator[Datum]:

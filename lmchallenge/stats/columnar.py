@@ -161,9 +161,9 @@ _DECODE_THREADS = (os.cpu_count() or 1) > 2
 def _batches(path: str, batch_rows: int) -> Iterator[pa.RecordBatch]:
     for name in _files(path):
         parquet_file = parquet.open_parquet(name)
+        parquet.check_columns(parquet_file.schema_arrow, name)    # (its types as in the file)
         parquet_file = parquet.open_parquet(name, read_dictionary=_string_leaves(parquet_file))
         schema = parquet_file.schema_arrow
-        parquet.check_columns(schema, name)
         columns = [c for c in _COMMON + _PAYLOAD if c in schema.names]
         with parquet.unreadable_as_input_error(name):
             # one row group at a time: each has its own dictionaries, and Arrow cannot
