@@ -242,6 +242,23 @@ def test_a_parquet_log_of_an_odd_shape_is_refused_by_every_reader(tmp_path, game
     assert not (tmp_path / "out.jsonl").exists()
 
 
+def test_a_lone_surrogate_in_a_jsonl_log_is_refused_by_every_reader(tmp_path):
+    """QA: '"\\ud800"' is valid JSON but no text: lmc pretty and lmc diff ended in a
+    UnicodeEncodeError traceback, lmc validate, grep and convert passed it.  A surrogate
+    pair (as LM Challenge 5.2 writes an emoji) is a character."""
+    row = '{"character": 0, "logp": -1.0, "message": 0, "target": "%s", "token": %d, "user": null}\n'
+    log = tmp_path / "lone.jsonl"
+    log.write_text(row % ("a", 0) + row % ("\\ud83d\\ude00", 1) + row % ("b\\uD800", 2))
+    said = f"{log}:3: field target: holds a lone surrogate \\ud800 (not a Unicode character)"
+    for command in (["stats", log], ["validate", log], ["pretty", log], ["pretty", "-o", "html", log],
+                    ["grep", "a", log], ["compare", log, log], ["diff", log, log],
+                    ["convert", log, "-o", tmp_path / "out.jsonl"]):
+        assert_error(run(LMC, *map(str, command)), said)
+    log.write_text(row % ("a", 0) + row % ("\\ud83d\\ude00", 1))
+    assert run(LMC, "validate", str(log)).returncode == 0
+    assert "\U0001f600" in run(LMC, "pretty", str(log)).stdout.decode()
+
+
 def test_all_null_select_column_reads_as_selected(tmp_path):
     log = tmp_path / "nulls.parquet"
     table = pa.table({"user": pa.array([None, None], pa.null()), "message": [0, 0], "token": [0, 1],

@@ -9,6 +9,7 @@ import io
 import json
 import json.encoder
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO
@@ -46,7 +47,38 @@ def parse_numbered(lines: Iterable[tuple[int, str]], path: str) -> Iterator[tupl
             raise InputError(path, number, f"invalid JSON: {json_problem(e)}") from None
         if not isinstance(datum, dict):
             raise InputError(path, number, "a log line must be a JSON object")
+        if _SURROGATE_ESCAPE.search(line):     # (only an escape makes one)
+            _check_unicode(datum, path, number)
         yield number, datum
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+"""A JSON escape of a UTF-16 surrogate (``\\ud83d``): half of a pair, or alone."""
+
+
+def _check_unicode(datum: Datum, path: str, number: int) -> None:
+    """Raise InputError naming the field of ``datum`` that holds a lone surrogate (valid
+    JSON, no Unicode text: QA, a UnicodeEncodeError traceback in lmc pretty and lmc diff)."""
+    def lone(value: object, where: str) -> str | None:
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:
+                return f"field {where or '(datum)'}: holds a lone surrogate \\u{ord(value[e.start]):04x} (not a Unicode character)"
+            return None
+        items = (value.items() if isinstance(value, dict) else enumerate(value)
+                 if isinstance(value, list) else ())
+        for key, item in items:
+            step = f"[{key}]" if isinstance(key, int) else f"{'.' if where else ''}{key}"
+            found = lone(key, where) if isinstance(key, str) else None
+            found = found or lone(item, where + step)
+            if found:
+                return found
+        return None
+
+    found = lone(datum, "")
+    if found:
+        raise InputError(path, number, found)
 
 
 def _iter_jsonlines(path: str) -> Iterator[Datum]:
