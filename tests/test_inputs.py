@@ -259,6 +259,18 @@ def test_a_lone_surrogate_in_a_jsonl_log_is_refused_by_every_reader(tmp_path):
     assert "\U0001f600" in run(LMC, "pretty", str(log)).stdout.decode()
 
 
+def test_a_null_target_in_a_parquet_log_is_named_by_its_file_and_row(tmp_path):
+    """QA: 'lmc: error: <parquet>: null target in a selected row'; a deselected row's may
+    be null, as before."""
+    table = pa.table({"user": pa.array(["u"] * 8), "message": [0] * 8, "token": list(range(8)),
+                      "character": [0] * 8, "target": ["a", "b", None, "d", "e", "f", None, "h"],
+                      "select": [True, True, False, True, True, True, None, True],
+                      "logp": [-1.0] * 8})
+    log = tmp_path / "null.parquet"
+    pq.write_table(table, log, row_group_size=3)
+    assert_error(run(LMC, "stats", str(log)), f"{log}:7: null target in a selected row")
+
+
 def test_all_null_select_column_reads_as_selected(tmp_path):
     log = tmp_path / "nulls.parquet"
     table = pa.table({"user": pa.array([None, None], pa.null()), "message": [0, 0], "token": [0, 1],

@@ -165,13 +165,32 @@ def _batches(path: str, batch_rows: int) -> Iterator[pa.RecordBatch]:
         parquet_file = parquet.open_parquet(name, read_dictionary=_string_leaves(parquet_file))
         schema = parquet_file.schema_arrow
         columns = [c for c in _COMMON + _PAYLOAD if c in schema.names]
+        rows = 0
         with parquet.unreadable_as_input_error(name):
             # one row group at a time: each has its own dictionaries, and Arrow cannot
             # join nested dictionary columns of two row groups into one batch
             for group in range(parquet_file.num_row_groups):
                 for batch in parquet_file.iter_batches(batch_size=batch_rows, row_groups=[group],
                                                        columns=columns, use_threads=_DECODE_THREADS):
-                    yield _typed_nulls(batch)
+                    batch = _typed_nulls(batch)
+                    _check_targets(batch, name, rows)
+                    rows += batch.num_rows
+                    yield batch
+
+
+def _check_targets(batch: pa.RecordBatch, name: str, before: int) -> None:
+    """Raise InputError ``NAME:N: null target in a selected row`` (N counting the file's rows
+    from 1, as ``lmc validate`` counts them) for the first such row of ``batch``, whose
+    file ``name`` has ``before`` rows before it (QA: the error said ``<parquet>``)."""
+    target = batch.column("target")
+    if not target.null_count:
+        return
+    null = _bools(target.is_null())
+    if "select" in batch.schema.names:
+        select = batch.column("select")
+        null &= _bools(pc.or_kleene(pc.is_null(select), select))
+    if null.any():
+        raise InputError(name, before + int(np.argmax(null)) + 1, "null target in a selected row")
 
 
 def _typed_nulls(batch: pa.RecordBatch) -> pa.RecordBatch:
