@@ -897,6 +897,25 @@ def test_a_part_file_the_manifest_does_not_list_is_refused(tmp_path):
     assert lmc("stats", str(run_dir)).stdout == before
 
 
+def test_a_directory_of_parts_without_a_manifest_must_hold_every_number(tmp_path):
+    """QA: a copy of a run's part files that lost one (no manifest to say what the log is)
+    was read as the whole log, exit 0.  The parts themselves may still be given."""
+    _, run_dir, before = finished_run(tmp_path)
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for part in run_dir.glob("part-*"):
+        shutil.copy(part, copy / part.name)
+    assert lmc("stats", str(copy)).stdout.replace(str(copy), str(run_dir)) == before
+    (copy / "part-00001.parquet").unlink()
+    refused = lmc("stats", str(copy))
+    assert (refused.returncode, refused.stderr) == (
+        2, f"lmc: error: {copy}: its part files are not numbered from part-00000 without a gap "
+           "(part-00001 is missing) and it has no _manifest.json to say what the log is: give the "
+           "part files themselves to read only those\n")
+    named = lmc("stats", *sorted(map(str, copy.glob("part-*"))))
+    assert named.returncode == 0, named.stderr
+
+
 def test_a_resume_counts_only_what_it_made_in_its_rate(tmp_path):
     argv, run_dir, _ = finished_run(tmp_path)
     manifest = json.loads((run_dir / "_manifest.json").read_text())

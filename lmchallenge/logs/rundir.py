@@ -42,6 +42,7 @@ import contextlib
 import contextvars
 import json
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,8 +177,9 @@ def inspect(path: str) -> RunDir:
             (:func:`check_cut`), a finished run lacks a part file or holds one its manifest
             does not list, a part is not the file the manifest records
             (:func:`changed_part`), a directory without a manifest holds no ``part-*``
-            files, or it holds the unfinished run's marker (a run starting: its manifest
-            follows its corpus' scan).
+            files or not a numbered sequence of them (:func:`_numbered_parts`), or it
+            holds the unfinished run's marker (a run starting: its manifest follows its
+            corpus' scan).
     """
     manifest = read_manifest(path)
     if manifest is None and (Path(path) / UNFINISHED).is_file():
@@ -185,7 +187,7 @@ def inspect(path: str) -> RunDir:
                                      "partitions yet (it is starting, or it stopped while it "
                                      "started: run it again)")
     if manifest is None:
-        return RunDir(path, None, _globbed_parts(path), [])
+        return RunDir(path, None, _numbered_parts(path), [])
     check_cut(path, manifest)
     if manifest.get("finished"):
         listed = {entry.get("file") for entry in manifest["partitions"]}
@@ -237,6 +239,28 @@ def changed_part(part: Path, entry: dict[str, Any]) -> str | None:
     if found == rows:
         return None
     return f"{found} rows where the run's manifest records {rows} (changed after it was written)"
+
+
+def _numbered_parts(path: str) -> list[Path]:
+    """The ``part-*`` files of a directory without a manifest, which must be numbered from
+    0 without a gap, one file a number (QA: a copy of a run's parts that lost one read as
+    the whole log).
+
+    Raises:
+        InputError: there are none, a number is missing or is there twice (as Parquet and
+            jsonl).
+    """
+    parts = _globbed_parts(path)
+    numbers = [int(m.group(1)) if (m := re.match(r"part-(\d+)\.", p.name)) else None for p in parts]
+    for expected, (part, number) in enumerate(zip(parts, numbers)):
+        if number == expected:
+            continue
+        shown = (f"part-{expected:05d} is missing" if number is None or number > expected
+                 else f"part {number} is there twice ({parts[expected - 1].name}, {part.name})")
+        raise InputError(path, None, f"its part files are not numbered from part-00000 without a "
+                                     f"gap ({shown}) and it has no {MANIFEST} to say what the "
+                                     "log is: give the part files themselves to read only those")
+    return parts
 
 
 def _globbed_parts(path: str, required: bool = True) -> list[Path]:
