@@ -12,7 +12,8 @@ are blue in ANSI, dimmed blue in HTML):
   (``logp`` null) magenta;
 * ``wr``: under the mixture fitted on the log (:mod:`lmchallenge.stats.reranking`):
   corrected green, miscorrected red, left uncorrected yellow, correct before and
-  after default.
+  after default (a target is correct when it outscores every other candidate; 5.x's
+  compares it with the candidates listed after it only: docs/statistics.md, "wr").
 
 The ANSI escape sequences follow LM Challenge 5.x exactly: a colour change writes
 ``ESC[3Cm``, turning bold on ``ESC[1;3Cm`` and off ``ESC[0;3Cm``; the space between
