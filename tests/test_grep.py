@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from lmchallenge.analysis import grep as G
+from lmchallenge.logs.io import read_log
 from lmchallenge.logs.jsonl import load_jsonlines
 
 HERE = Path(__file__).resolve().parent
@@ -170,6 +171,29 @@ def test_reads_parquet(tmp_path):
     write_log(load_jsonlines(str(MIXED)), str(path), game="we")
     assert selected_targets(G.grep("$emoji", str(path))) == ["😀", "ab😀", "👍", "❤", "😀😀"]
     assert selected_targets(G.grep("~o", str(path))) == selected_targets(G.grep("~o", mixed()))
+
+
+def test_cli_output_appears_only_complete_in_the_form_its_name_says(tmp_path):
+    """QA: on stdout, a damaged input leaves the lines before the damage written, which read
+    as a smaller log; --output writes a file only when the whole input was read."""
+    def lmc_grep(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "lmchallenge.cli", "grep", *args],
+                              capture_output=True, text=True)
+
+    streamed = lmc_grep("$emoji", str(MIXED)).stdout
+    for name in ("sel.jsonl", "sel.jsonl.gz", "sel.parquet"):
+        out = tmp_path / name
+        assert lmc_grep("$emoji", str(MIXED), "-o", str(out)).returncode == 0
+        assert [json.dumps(d, sort_keys=True) for d in read_log(str(out))] == streamed.splitlines()
+    damaged = tmp_path / "damaged.jsonl"
+    lines = MIXED.read_text(encoding="utf-8").splitlines(keepends=True)
+    damaged.write_text("".join(lines[:12]) + "{not json\n" + "".join(lines[12:]), encoding="utf-8")
+    failed = lmc_grep("$emoji", str(damaged), "-o", str(tmp_path / "out.jsonl"))
+    assert failed.returncode == 2 and f"{damaged}:13: invalid JSON" in failed.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged.jsonl", "sel.jsonl",
+                                                          "sel.jsonl.gz", "sel.parquet"]
+    same = lmc_grep("$emoji", str(tmp_path / "sel.jsonl"), "-o", str(tmp_path / "sel.jsonl"))
+    assert same.returncode == 2 and "cannot write: it is the input" in same.stderr
 
 
 def test_cli_bad_pattern_exit_code_and_message():

@@ -8,7 +8,10 @@ import click
 
 from lmchallenge.analysis.grep import KEEP_CHOICES, PatternError, grep
 from lmchallenge.cli.options import partial_option, single_log
+from lmchallenge.logs.files import check_writable
+from lmchallenge.logs.io import write_log
 from lmchallenge.logs.jsonl import write_jsonlines
+
 
 @click.command("grep")
 @click.argument("pattern")
@@ -20,11 +23,16 @@ from lmchallenge.logs.jsonl import write_jsonlines
                    "whole messages that hold a selected token, or selected tokens only.")
 @click.option("-a", "--and", "--and-pattern", "and_pattern", multiple=True,
               help="Another pattern that must also match (repeatable).")
+@click.option("-o", "--output", default="-", metavar="FILE",
+              help="Write the log here (.jsonl, .jsonl.gz or .parquet) instead of stdout; the "
+                   "file appears only when the whole input was read (on stdout, an input "
+                   "found damaged half-way leaves the lines before it written: check the exit "
+                   "status).")
 @partial_option
 def cli(pattern: str, log: tuple[str, ...], verbose: int, keep: str,
-        and_pattern: tuple[str, ...]) -> None:
+        and_pattern: tuple[str, ...], output: str) -> None:
     """Select tokens of a log (jsonl, jsonl.gz, parquet or run directory) matching PATTERN;
-    writes the log as jsonlines with "select" set.
+    writes the log (jsonlines on stdout) with "select" set.
 
     \b
     Patterns:
@@ -43,8 +51,13 @@ def cli(pattern: str, log: tuple[str, ...], verbose: int, keep: str,
 
     A log that already has a selection is sub-selected (both must hold).
     """
+    source = single_log(log)
+    check_writable(output, (source,))
     try:
-        selected = grep(pattern, single_log(log), keep=keep, and_patterns=list(and_pattern))
+        selected = grep(pattern, source, keep=keep, and_patterns=list(and_pattern))
     except PatternError as e:
         raise click.BadParameter(str(e), param_hint="PATTERN") from None
-    write_jsonlines(selected, sys.stdout)
+    if output == "-":
+        write_jsonlines(selected, sys.stdout)
+    else:
+        write_log(selected, output)
