@@ -38,7 +38,7 @@ from typing import Any
 import fsspec
 
 from lmchallenge.corpus import (EMPTY_GZIP, READ_ERRORS, FileVersion, Message, decode_lines,
-                                 file_version, first_non_blank, is_stream, parse_json_row)
+                                 file_version, first_non_blank, is_gzip_name, is_stream, parse_json_row)
 from lmchallenge.corpus import detect_format as corpus_format_of
 from lmchallenge.errors import InputError
 from lmchallenge.logs.parquet import a_kind, mixed_users_message, user_kind, wide_user_message
@@ -289,7 +289,7 @@ def scan(path: str, fmt: str, size: int | PartitionSize | ForCluster, train: boo
     except FileNotFoundError:
         raise InputError(path, None, "no such file") from None
     plain = path
-    if path.endswith(".gz") or path.endswith(".gzip"):
+    if is_gzip_name(path):
         plain = os.path.join(work_dir, INPUT_COPY)
         _decompress(path, plain)
     total_bytes = _size_of(plain)

@@ -38,6 +38,7 @@ READ_ERRORS = (OSError, EOFError, zlib.error)
 BOM = "\ufeff"
 GZIP_MAGIC = b"\x1f\x8b"
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+PARQUET_MAGIC = b"PAR1"
 """The byte order marks a UTF-16 text starts with (little- and big-endian)."""
 """The first bytes of a gzip stream (RFC 1952)."""
 
@@ -66,10 +67,18 @@ def not_text(start: bytes) -> str | None:
     UTF-8 text (gzip data, UTF-16 text), with what to do about it; else None."""
     if start.startswith(GZIP_MAGIC):
         return "gzip-compressed data, not text: give it as a file named .gz, or decompress it (zcat)"
+    if start.startswith(PARQUET_MAGIC):
+        return "Parquet data, not text: give it as a file named .parquet"
     if start.startswith(UTF16_BOMS):
         return ("UTF-16 text (it starts with a UTF-16 byte order mark), not UTF-8: convert it "
                 "(iconv -f UTF-16 -t UTF-8)")
     return None
+
+
+def is_gzip_name(path: str) -> bool:
+    """True if ``path`` names a gzip file (``.gz`` or ``.gzip``, in any case: QA, ``.GZ``
+    was read as text and refused as 'gzip-compressed data: give it as a file named .gz')."""
+    return path.lower().endswith((".gz", ".gzip"))
 
 
 def open_binary(path: str) -> contextlib.AbstractContextManager[BinaryIO]:
@@ -82,7 +91,7 @@ def open_binary(path: str) -> contextlib.AbstractContextManager[BinaryIO]:
     """
     if path == "-":
         return contextlib.nullcontext(sys.stdin.buffer)
-    if path.endswith((".gz", ".gzip")):
+    if is_gzip_name(path):
         if os.path.isfile(path) and os.path.getsize(path) == 0:
             raise InputError(path, None, EMPTY_GZIP)
         return gzip.open(path, "rb")  # type: ignore[return-value]

@@ -271,6 +271,29 @@ def test_a_null_target_in_a_parquet_log_is_named_by_its_file_and_row(tmp_path):
     assert_error(run(LMC, "stats", str(log)), f"{log}:7: null target in a selected row")
 
 
+def test_log_and_corpus_names_are_read_whatever_their_case_and_parquet_without_a_name_is_said(tmp_path):
+    """QA: LOG.JSONL.GZ was read as text ('gzip-compressed data: give it as a file named
+    .gz'); a Parquet log without .parquet (or on stdin) was 'not valid UTF-8 (byte 11)'."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("a b\nc d e\n")
+    parquet = tmp_path / "log.parquet"
+    assert run(LMC, "run", toy_model_command(), "we", str(corpus), "--output", str(parquet)).returncode == 0
+    expected = run(LMC, "stats", str(parquet)).stdout.replace(b"log.parquet", b"LOG")
+    for name in ("LOG.PARQUET", "LOG.JSONL.GZ"):
+        assert run(LMC, "convert", str(parquet), "-o", str(tmp_path / name)).returncode == 0
+        assert run(LMC, "stats", str(tmp_path / name)).stdout.replace(name.encode(), b"LOG") == expected
+    packed = tmp_path / "C.TXT.GZ"
+    packed.write_bytes(gzip.compress(corpus.read_bytes()))
+    assert (run(LMC, "run", toy_model_command(), "we", str(packed)).stdout
+            == run(LMC, "run", toy_model_command(), "we", str(corpus)).stdout)
+    nameless = tmp_path / "log"
+    nameless.write_bytes(parquet.read_bytes())
+    assert_error(run(LMC, "stats", str(nameless)),
+                 f"{nameless}:1: Parquet data, not text: give it as a file named .parquet")
+    assert_error(run(LMC, "stats", stdin=parquet.read_bytes()),
+                 "-:1: Parquet data, not text: give it as a file named .parquet")
+
+
 def test_all_null_select_column_reads_as_selected(tmp_path):
     log = tmp_path / "nulls.parquet"
     table = pa.table({"user": pa.array([None, None], pa.null()), "message": [0, 0], "token": [0, 1],

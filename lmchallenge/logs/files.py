@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Literal
 
-from lmchallenge.corpus import is_special_file
+from lmchallenge.corpus import is_gzip_name, is_special_file
 from lmchallenge.errors import InputError
 from lmchallenge.logs import rundir
 
@@ -53,14 +53,9 @@ def file_form(path: str) -> Literal["parquet", "jsonl.gz", "jsonl"]:
     return "jsonl.gz" if is_gzip_name(path) else "jsonl"
 
 
-def is_gzip_name(path: str) -> bool:
-    """True if ``path`` names a gzip file (``.gz`` or ``.gzip``)."""
-    return path.endswith(".gz") or path.endswith(".gzip")
-
-
 def is_parquet_name(path: str) -> bool:
-    """True if ``path`` names a Parquet file."""
-    return path.endswith(".parquet") or path.endswith(".pq")
+    """True if ``path`` names a Parquet file (``.parquet`` or ``.pq``, in any case)."""
+    return path.lower().endswith((".parquet", ".pq"))
 
 
 def open_text(path: str, mode: str = "rt") -> contextlib.AbstractContextManager[IO[str]]:
