@@ -294,6 +294,17 @@ def test_log_and_corpus_names_are_read_whatever_their_case_and_parquet_without_a
                  "-:1: Parquet data, not text: give it as a file named .parquet")
 
 
+@pytest.mark.parametrize("command", [["stats", "-", "-"], ["validate", "-", "-"], ["diff", "-", "-"],
+                                     ["stats", "LOG", "-", "-"]])
+def test_standard_input_named_twice_is_a_usage_error(tmp_path, command):
+    """QA: lmc stats - - read stdin, then an empty stdin: a second row of an empty log, exit 0."""
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"character": 0, "logp": -1.0, "message": 0, "target": "a", "token": 0, "user": null}\n')
+    result = run(LMC, *[str(log) if arg == "LOG" else arg for arg in command], stdin=log.read_bytes())
+    assert result.returncode == 2 and result.stdout == b""
+    assert result.stderr.decode().endswith("Error: standard input (-) can be read once: give it once\n")
+
+
 def test_all_null_select_column_reads_as_selected(tmp_path):
     log = tmp_path / "nulls.parquet"
     table = pa.table({"user": pa.array([None, None], pa.null()), "message": [0, 0], "token": [0, 1],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from lmchallenge.analysis.diff import ansi, html
-from lmchallenge.cli.options import html_float_format, page_options, partial_option
+from lmchallenge.cli.options import html_float_format, page_options, partial_option, stdin_once
 
 
 @click.command("diff")
@@ -17,6 +17,7 @@ from lmchallenge.cli.options import html_float_format, page_options, partial_opt
 def cli(baseline: str, log: str, verbose: int, challenge: str, output: str,
         entropy_interval: float, float_format: str, max_tokens: int) -> None:
     """Compare LOG with BASELINE, two logs of the same text (any log form), token by token."""
+    stdin_once((baseline, log))
     if output == "html":
         click.echo(html(baseline, log, entropy_interval=entropy_interval,
                         float_format=html_float_format(float_format), challenge=challenge,

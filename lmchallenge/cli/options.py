@@ -180,6 +180,17 @@ def _warn_read_partially() -> None:
             path, done, total)
 
 
+def stdin_once(logs: Sequence[str]) -> None:
+    """Refuse ``-`` (standard input) given more than once: the second read of it found it
+    empty (QA: ``lmc stats - -`` printed the statistics of an empty log, exit 0).
+
+    Raises:
+        click.UsageError: it was.
+    """
+    if list(logs).count("-") > 1:
+        raise click.UsageError("standard input (-) can be read once: give it once")
+
+
 def single_log(logs: Sequence[str]) -> str:
     """The one log path of a ``[LOG]...`` argument (``-`` when none is given).
 

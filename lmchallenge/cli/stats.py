@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from lmchallenge.cli.options import partial_option, set_verbosity
+from lmchallenge.cli.options import partial_option, set_verbosity, stdin_once
 from lmchallenge.cli.uncertainty import for_csv, stats_options, uncertain_rows, wanted
 from lmchallenge.logs import rundir
 from lmchallenge.stats.compute import state_of_log
@@ -47,6 +47,7 @@ def cli(log: tuple[str, ...], verbose: int, lines: int | None, output: str, huma
     set_verbosity(verbose)
     keep_freed_memory()
     paths = log or ("-",)
+    stdin_once(paths)
     if wanted(uncertainty):
         rows = uncertain_rows(paths, lines, human, **uncertainty)
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from lmchallenge.analysis.validate import validate_files
-from lmchallenge.cli.options import partial_option, set_verbosity
+from lmchallenge.cli.options import partial_option, set_verbosity, stdin_once
 from lmchallenge.logs.files import log_form, run_dir_parts
 from lmchallenge.logs.io import read_log
 
@@ -18,6 +18,7 @@ def cli(log: tuple[str, ...], verbose: int) -> None:
     follows the LM Challenge log schema; the first bad datum is reported as FILE:LINE with
     the field, and the exit code is 2."""
     set_verbosity(verbose)
+    stdin_once(log)
     for path in log or ("-",):
         files = ([(str(part), read_log(str(part))) for part in run_dir_parts(path)]
                  if log_form(path) == "run_dir" else [(path, read_log(path))])
