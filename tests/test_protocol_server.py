@@ -81,16 +81,43 @@ def test_empty_answer_is_an_empty_line():
 def test_malformed_requests_never_leave_the_client_waiting():
     model = RecordingModel()
     out, err = serve_bytes(model, b"predict\t\xff\xfe broken\n"
-                                  b"predict\tboom\n"
                                   b"frobnicate\tx\n"
                                   b"train\t\xff\n"
                                   b"predict\tok\n")
-    # one line per predict, in order, even for undecodable bytes and model errors
-    assert out == b"\n\nk\t-1.0\ttab here\t-2.0\n"
+    # one line per predict, in order, even for undecodable bytes
+    assert out == b"\nk\t-1.0\ttab here\t-2.0\n"
     assert "not valid UTF-8" in err
-    assert "predict failed: RuntimeError: exploded" in err
     assert "unknown command 'frobnicate'" in err
     assert model.taught == []
+
+
+def test_a_model_that_raises_ends_the_serving_after_the_answers_before():
+    """QA: an exception in a served model's predict was answered with an empty line, so
+    lmc run logged the token as unscored and exited 0; LM Challenge 5.2's run_loop lets it
+    propagate (the model process dies, the run fails naming it)."""
+    out, err = io.BytesIO(), io.StringIO()
+    with pytest.raises(RuntimeError, match="exploded"):
+        protocol.serve(RecordingModel(), io.BytesIO(b"predict\tok\npredict\tboom\npredict\tx\n"),
+                       out, err)
+    assert out.getvalue() == b"k\t-1.0\ttab here\t-2.0\n"
+    assert err.getvalue() == ("protocol: predict failed on the request 'predict\\tboom': "
+                              "RuntimeError: exploded\n")
+
+
+def test_a_served_model_that_raises_fails_the_run_naming_it(tmp_path):
+    script = tmp_path / "buggy.py"
+    script.write_text("from lmchallenge import Model\n"
+                      "class Buggy(Model):\n"
+                      "    def predict(self, context, candidates):\n"
+                      "        return [(c, {'the': -1.0, 'cat': -2.0}[c]) for c in candidates]\n"
+                      "Buggy().run_loop()\n")
+    result = subprocess.run([str(BIN / "lmc"), "run", f"{PYTHON} {script}", "we"],
+                            input=b"the cat sat\n", capture_output=True, timeout=120)
+    text = result.stderr.decode()
+    assert result.returncode == 2 and result.stdout == b"", text
+    assert f"lmc: error: model '{PYTHON} {script}': exited with code 1\n" in text
+    assert "\nrequest (answer line 3): 'predict\\tthe cat \\tsat'\n" in text
+    assert text.endswith("KeyError: 'sat'\n")
 
 
 def test_lines_split_on_line_feed_only():
