@@ -33,6 +33,19 @@ def test_the_5_x_module_paths_are_the_project_s_objects():
     assert {"core", "run"} <= set(lmc.__all__)
 
 
+def test_5_x_core_common_and_core_names_are_there():
+    """QA: 5.2's sample model reads lmc.core.common.WORD_TOKENIZER (AttributeError here);
+    5.2's lmchallenge.core has the model classes and the helpers as attributes."""
+    code = ("import lmchallenge as lmc\n"
+            "print(lmc.core.common.WORD_TOKENIZER is lmc.WORD_TOKENIZER, lmc.core.Model is lmc.Model,"
+            " lmc.core.model.ShellModel is lmc.ShellModel, lmc.core.load_jsonlines is lmc.load_jsonlines)\n"
+            "from lmchallenge.core.common import rank, flatten_keys, is_selected, CHARACTER_TOKENIZER\n"
+            "print(rank('abc', 'c'), rank('abc', 'c', 2), flatten_keys({'a': {'b': 1}, 'c': 2}, '/'),"
+            " is_selected({'select': False}), CHARACTER_TOKENIZER.findall('ab'))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout == "True True True True\n3 None {'a/b': 1, 'c': 2} False ['a', 'b']\n", result.stderr
+
+
 def test_python_m_runs_the_commands():
     model = toy_model_command()
     run = subprocess.run([sys.executable, "-m", "lmchallenge.run", model, "we"],
