@@ -17,7 +17,8 @@ from lmchallenge.model.spec import PredictorSpec
 from lmchallenge.cli.game_options import wr_options
 from lmchallenge.cli.order import OptionsAfterGame
 from lmchallenge.cli.options import (FiniteFloatRange, JsonOption, model_options, partial_option,
-                                     run_command, set_verbosity, window_option)
+                                     run_command, set_verbosity, start_timeout_option,
+                                     window_option)
 from lmchallenge.cli.uncertainty import bootstrap_options, settings_of, wanted, warn_if_few_resamples
 
 from lmc_dist import manifest as mf
@@ -110,7 +111,8 @@ def run_options(function):
                      show_default=True,
                      help="Seconds a shell model may take to answer (a Python model, "
                           "called in the worker's process, cannot be stopped: a call that "
-                          "runs longer is warned about)."),
+                          "runs longer is warned about); its first answer: --start-timeout."),
+        start_timeout_option,
         window_option,
         click.option("--progress/--no-progress", default=None,
                      help="Progress bar on stderr (default: when stderr is a terminal)."),
@@ -152,7 +154,7 @@ def _execute(ctx, game: GameSpec, kw: dict) -> None:
                                  "(or /dev/stdout, to have both there)", ctx, param_hint="'--output'")
     options = model_options(kw.pop("options"))
     predictor = PredictorSpec(ctx.obj["predictor"], options, timeout=kw.pop("timeout"),
-                              window=kw.pop("window"))
+                              window=kw.pop("window"), start_timeout=kw.pop("start_timeout"))
     uncertainty = {name: kw.pop(name) for name in ("confidence", "resamples", "ci_seed", "ci_method")}
     intervals = settings_of(uncertainty) if wanted(uncertainty) else None
     if intervals is not None:

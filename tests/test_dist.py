@@ -930,7 +930,8 @@ def test_the_window_reaches_the_workers_models(tmp_path):
     corpus = tmp_path / "c.txt"
     corpus.write_text("a b c d\n")
     args = ["run", f"{PYTHON} {tmp_path / 'pairs.py'}", "we", "--input", str(corpus),
-            "--workers", "1", "--timeout", "3", "--retries", "0", "--no-progress"]
+            "--workers", "1", "--timeout", "3", "--start-timeout", "3", "--retries", "0",
+            "--no-progress"]
     hung = lmc_dist(args + ["--run-dir", str(tmp_path / "one"), "--window", "1"], check=False)
     assert hung.returncode == 2
     assert "no answer within 3 s" in hung.stderr.decode()

@@ -272,6 +272,25 @@ def test_a_model_trickling_its_answer_misses_the_deadline():
     assert "\nrequest (answer line 2): 'predict\\tThe \\tbook'\n" in text
 
 
+def test_a_model_s_start_has_its_own_deadline(tmp_path):
+    """QA: a model that loads for longer than --timeout (60 s by default; a neural model on a
+    CPU takes minutes) was killed before its first answer; LM Challenge 5.2 waits for ever.
+    Its first answer may take --start-timeout (600 s by default)."""
+    script = tmp_path / "slow.py"
+    script.write_text("import sys, time\n"
+                      "time.sleep(2)\n"
+                      "from lmchallenge import Model\n"
+                      "class M(Model):\n"
+                      "    def predict(self, context, candidates):\n"
+                      "        return [(c, -1.0) for c in candidates or ['x']]\n"
+                      "M().run_loop()\n")
+    model = f"{PYTHON} {script}"
+    passed = lmc("run", "--timeout", "0.5", model, "we", stdin=b"a b c\n")
+    assert passed.returncode == 0 and passed.stdout.count(b"\n") == 3, passed.stderr
+    text = failed(lmc("run", "--timeout", "0.5", "--start-timeout", "1", model, "we", stdin=b"a b c\n"))
+    assert f"model {model!r}: no answer within 1 s (--start-timeout: its first answer) (killed)\n" in text
+
+
 def test_the_deadline_is_per_answer_not_per_run():
     """30 answers of 0.1 s each take longer than --timeout 2 together: the run passes."""
     model = toy_model_command("--delay", "0.1")

@@ -144,6 +144,17 @@ def window_option(command: Callable) -> Callable:
              "of them at a time).")(command)
 
 
+def start_timeout_option(command: Callable) -> Callable:
+    """``--start-timeout``: seconds a shell model may take to give its first answer (``lmc
+    run``, ``lmc-dist run``; the default is :data:`lmchallenge.model.spec.START_TIMEOUT`,
+    written here for the reason :func:`window_option` gives)."""
+    return click.option(
+        "--start-timeout", default=600.0, show_default=True,
+        type=FiniteFloatRange(0, min_open=True),
+        help="Seconds a shell model may take to give its first answer, while it starts "
+             "(loading its weights), where more than --timeout.")(command)
+
+
 def partial_option(command: Callable | None = None, *, says_so: bool = False) -> Callable:
     """The ``--partial`` option of every command that reads logs: an unfinished ``lmc-dist``
     run dir is read as its finished partitions (:mod:`lmchallenge.logs.rundir`) instead of

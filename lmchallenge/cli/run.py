@@ -20,7 +20,7 @@ from lmchallenge.games.spec import GameSpec
 from lmchallenge.model.spec import PredictorSpec
 from lmchallenge.cli.game_options import wr_options
 from lmchallenge.cli.options import (FiniteFloatRange, JsonOption, model_options, set_verbosity,
-                                      window_option)
+                                      start_timeout_option, window_option)
 from lmchallenge.cli.order import OptionsBeforePredictor
 
 
@@ -50,7 +50,8 @@ def run_options(function: Callable) -> Callable:
                      type=FiniteFloatRange(0, min_open=True),
                      help="Seconds a shell model may take to answer before it is killed "
                           "(a Python model, called in this process, cannot be: a call that "
-                          "runs longer is warned about)."),
+                          "runs longer is warned about); its first answer: --start-timeout."),
+        start_timeout_option,
         window_option,
     ]
     for option in reversed(options):
@@ -58,7 +59,8 @@ def run_options(function: Callable) -> Callable:
     return function
 
 
-RUN_OPTIONS = ("verbose", "train", "corpus_format", "options", "output", "timeout", "window")
+RUN_OPTIONS = ("verbose", "train", "corpus_format", "options", "output", "timeout", "start_timeout",
+               "window")
 """The parameter names of :func:`run_options`."""
 
 
@@ -107,7 +109,7 @@ def _run(ctx, game: GameSpec, corpus: str, run: dict[str, Any]) -> None:
     o = given_options(ctx)
     set_verbosity(o["verbose"])
     predictor = PredictorSpec(ctx.obj["predictor"], model_options(o["options"]), timeout=o["timeout"],
-                              window=o["window"])
+                              window=o["window"], start_timeout=o["start_timeout"])
     execute(RunJob(predictor=predictor, game=game, corpus=corpus,
                    corpus_format=o["corpus_format"], train=o["train"], output=o["output"]))
 

@@ -160,6 +160,8 @@ class ShellModel(Model):
         timeout: seconds each answer may take (a deadline counted from the answer before
             it, or from its request when nothing else was awaited), before the model is
             declared hung and killed.
+        start_timeout: seconds the model's first answer may take instead, when more (its
+            start: loading weights; LM Challenge 5.2 waits for ever); None: ``timeout``.
         window: most predict requests in flight at once.
         pass_stderr: also write what the model writes to its stderr to this process' stderr
             as it comes (``lmc run``, as LM Challenge 5.x shows it); its tail is kept for
@@ -176,9 +178,10 @@ class ShellModel(Model):
 
     def __init__(self, cmd: str, options: dict[str, Any] | None = None,
                  timeout: float = 60.0, window: int = 256, pass_stderr: bool = False,
-                 game: str | None = None):
+                 game: str | None = None, start_timeout: float | None = None):
         self.cmd = shell_command(cmd, options or {})
         self.timeout = timeout
+        self.start_timeout = max(timeout, start_timeout or timeout)
         self.window = max(1, window)
         LOG.debug("starting model: %s", self.cmd)
         self._proc = subprocess.Popen(exec_form(self.cmd), shell=True, stdin=subprocess.PIPE,
@@ -275,7 +278,6 @@ class ShellModel(Model):
         exhausted = False
         window = self.window
         refill_below = window - max(1, window // 2)  # top up once half the window is answered
-        timeout = self.timeout
         deadline = 0.0  # of the awaited answer (or write); 0: the clock starts at the next wait
 
         def in_flight(skip: int = 0) -> tuple[str, ...]:
@@ -308,7 +310,7 @@ class ShellModel(Model):
                 continue
             now = time.monotonic()
             if not deadline:
-                deadline = now + timeout
+                deadline = now + self._allowed()
             elif now > deadline:  # a model trickling bytes is never silent, but late
                 raise self._failure(self._late(answered < len(sent), len(inbox)), in_flight())
             readable, writable, _ = select.select([out_fd] if answered < len(sent) else [],
@@ -357,12 +359,19 @@ class ShellModel(Model):
                     del sent[:answered]
                     answered = 0
 
+    def _allowed(self) -> float:
+        """Seconds the awaited answer (or write) may take: ``start_timeout`` before the
+        model's first answer, ``timeout`` after it."""
+        return self.timeout if self._answer_lines else self.start_timeout
+
     def _late(self, awaiting_answer: bool, partial: int) -> str:
         """Why the model is declared hung (it is killed by :meth:`_failure`)."""
+        allowed = self._allowed()
+        limit = "" if allowed == self.timeout else " (--start-timeout: its first answer)"
         if not awaiting_answer:
-            return f"did not read its input for {self.timeout:g} s (killed)"
+            return f"did not read its input for {allowed:g} s{limit} (killed)"
         got = f"; {partial} bytes of it had come" if partial else ""
-        return f"no answer within {self.timeout:g} s (killed{got})"
+        return f"no answer within {allowed:g} s{limit} (killed{got})"
 
     @staticmethod
     def _in_flight(sent: list[str], answered: int, outbox: bytearray) -> tuple[str, ...]:

@@ -154,6 +154,11 @@ def started(name: str, factory: Callable[..., Any], options: dict[str, Any]) -> 
                          stderr_tail=None) from e
 
 
+START_TIMEOUT = 600.0
+"""Seconds a shell model may take by default to give its first answer: its start (a neural
+model loading its weights takes minutes on a CPU), within ``--timeout`` of its request."""
+
+
 @dataclass(frozen=True)
 class PredictorSpec:
     """How to make a model: a shell command or a ``module:Class`` spec, plus options.
@@ -165,12 +170,15 @@ class PredictorSpec:
         timeout: seconds a shell model may take to answer (a Python model's call that runs
             longer is warned about: :class:`~lmchallenge.model.session.InProcessModel`).
         window: predict requests in flight for a shell model.
+        start_timeout: seconds a shell model may take to give its first answer (its start),
+            where more than ``timeout``.
     """
 
     spec: str
     options: dict[str, Any] = None  # type: ignore[assignment]
     timeout: float = 60.0
     window: int = 256
+    start_timeout: float = START_TIMEOUT
 
     @property
     def is_python(self) -> bool:
@@ -195,7 +203,7 @@ class PredictorSpec:
                                       context=made, overdue=self.timeout)
             return InProcessModel(made, self.spec, overdue=self.timeout)
         return ShellModel(self.spec, options, timeout=self.timeout, window=self.window,
-                          pass_stderr=pass_stderr, game=game)
+                          pass_stderr=pass_stderr, game=game, start_timeout=self.start_timeout)
 
     def describe(self) -> str:
         """The command line or spec, for messages and manifests."""
