@@ -228,7 +228,9 @@ def test_protocol_helpers():
         parse_answer("a\t1\tb\n")
     with pytest.raises(ValueError, match="not a number"):
         parse_answer("a\tx\n")
-    assert shell_command("m", {"positional": ["x y"], "n": 3, "-k": "v"}) == "m 'x y' --n 3 -k v"
+    # positional as written, as in 5.2 (the shell expands $HOME there); values quoted
+    assert (shell_command("m", {"positional": ["$HOME/x y", 2], "n": "a b", "-k": "v"})
+            == "m $HOME/x y 2 --n 'a b' -k v")
 
 
 # -- wr -----------------------------------------------------------------------------------------

@@ -47,9 +47,11 @@ exited, not to be late."""
 
 
 def shell_command(cmd: str, options: dict[str, Any]) -> str:
-    """The command line of a shell model: ``cmd``, then ``positional`` options, then
-    ``--key value`` for every other option (a key already starting with ``-`` is kept as is)."""
-    positional = [shlex.quote(str(p)) for p in options.get("positional", [])]
+    """The command line of a shell model: ``cmd``, then ``positional`` options as written
+    (the shell expands ``$VAR`` and ``~`` in them, and splits them at spaces, as in LM
+    Challenge 5.x: QA), then ``--key value`` for every other option, each value quoted (a
+    key already starting with ``-`` is kept as is)."""
+    positional = [str(p) for p in options.get("positional", [])]
     named = [f"{key if key.startswith('-') else '--' + key} {shlex.quote(str(value))}"
              for key, value in options.items() if key != "positional"]
     return " ".join([cmd, *positional, *named])
