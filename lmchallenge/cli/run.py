@@ -42,7 +42,7 @@ def run_options(function: Callable) -> Callable:
         click.option("-o", "--options", type=JsonOption(), default="{}",
                      help="JSON options (or a JSON file): keyword arguments of a module:Class"
                           ' model, or arguments of a shell model ("--key value", quoted; the'
-                          ' "positional" list first, as written: the shell expands $VAR in it)."),
+                          ' "positional" list first, as written: the shell expands $VAR in it).'),
         click.option("--output", default="-", metavar="FILE",
                      help="Write the log here (.jsonl, .jsonl.gz or .parquet) instead of stdout;"
                           " the file appears only when the run completes."),
