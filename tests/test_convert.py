@@ -119,6 +119,23 @@ def test_an_output_that_cannot_be_written_is_named_before_any_work(tmp_path):
     assert not list((tmp_path / "out").iterdir())
 
 
+def test_a_run_dir_is_not_converted_into_itself(tmp_path):
+    """Review: lmc convert RUN -o RUN/part-00001.parquet replaced the part, then failed."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    lines = (DATA / "mixed.we.jsonl").read_bytes().splitlines(keepends=True)
+    for i, chunk in enumerate((lines[:10], lines[10:])):
+        (run_dir / f"part-{i:05d}.jsonl").write_bytes(b"".join(chunk))
+    target = run_dir / "part-00001.jsonl"
+    before = target.read_bytes()
+    proc = subprocess.run([sys.executable, "-m", "lmchallenge.cli", "convert", str(run_dir),
+                           "-o", str(target)], capture_output=True, text=True)
+    assert (proc.returncode, proc.stderr) == (2, f"lmc: error: {target}: cannot write: it is "
+                                                 f"inside the input directory {run_dir}, whose "
+                                                 "part files it could replace: write it elsewhere\n")
+    assert target.read_bytes() == before
+
+
 def test_invalid_json_names_file_and_line(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"target": "a"}) + "\n{oops\n")

@@ -194,6 +194,16 @@ def test_cli_output_appears_only_complete_in_the_form_its_name_says(tmp_path):
                                                           "sel.jsonl.gz", "sel.parquet"]
     same = lmc_grep("$emoji", str(tmp_path / "sel.jsonl"), "-o", str(tmp_path / "sel.jsonl"))
     assert same.returncode == 2 and "cannot write: it is the input" in same.stderr
+    # nor into a run dir it reads (review: it replaced a part file, exit 0)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    part = run_dir / "part-00000.jsonl"
+    part.write_bytes(MIXED.read_bytes())
+    inside = lmc_grep("$emoji", str(run_dir), "-o", str(part))
+    assert inside.returncode == 2 and inside.stderr == (
+        f"lmc: error: {part}: cannot write: it is inside the input directory {run_dir}, whose "
+        "part files it could replace: write it elsewhere\n")
+    assert part.read_bytes() == MIXED.read_bytes()
 
 
 def test_cli_bad_pattern_exit_code_and_message():

@@ -47,7 +47,9 @@ def convert(source: str, destination: str, game: str | None = None) -> int:
         lmchallenge.errors.InputError: the source is missing or not a readable log, or the
             destination cannot be written (before anything is read).
     """
-    check_writable(destination)
+    # not into a run dir it reads (review: it replaced a part file, then failed); a file
+    # converted in place is read whole before it is replaced (atomic_path)
+    check_writable(destination, (source,) if source != "-" and os.path.isdir(source) else ())
     if destination != "-" and source != "-" and os.path.isdir(source):
         parts = [str(p) for p in run_dir_parts(source)]
         if all(joins_as_is(part, destination) for part in parts):   # no datum to read

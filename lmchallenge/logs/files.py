@@ -141,6 +141,10 @@ def check_writable(path: str, inputs: Iterable[str | None] = ()) -> None:
         if source and source != "-" and _same_file(source, path):
             raise InputError(path, None, f"cannot write: it is the input {source}, which the "
                                          "output would replace")
+        if source and source != "-" and os.path.isdir(source) and _inside(path, source):
+            raise InputError(path, None, f"cannot write: it is inside the input directory "
+                                         f"{source}, whose part files it could replace: write "
+                                         "it elsewhere")
     path = os.path.realpath(path)
     directory = os.path.dirname(path)
     probe = os.path.join(directory, f".{os.path.basename(path)}.probe-{os.getpid()}")
@@ -307,6 +311,13 @@ def _alive(pid: int) -> bool:
     except PermissionError:     # another user's process
         return True
     return True
+
+
+def _inside(path: str, directory: str) -> bool:
+    """Whether ``path`` would be a file within ``directory`` (at any depth; links followed)."""
+    inner = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    outer = os.path.realpath(directory)
+    return inner == outer or inner.startswith(outer.rstrip(os.sep) + os.sep)
 
 
 def _same_file(one: str, other: str) -> bool:
