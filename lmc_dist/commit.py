@@ -142,17 +142,19 @@ def _is_at(fd: int, path: str) -> bool:
 
 def _remove_if_unused(run_dir: str, made: bool, refused: bool = False) -> None:
     """Remove the lock file of a run dir that holds nothing else (or that was ``refused``:
-    someone else's files) but the marker :func:`begin` wrote and an empty ``_temporary/``
-    (these too), and the directory if this run ``made`` it (called holding the lock: a run
-    waiting on the removed file sees it gone, :func:`_acquire`)."""
+    someone else's files) but the marker :func:`begin` wrote, an empty ``_temporary/`` and
+    the decompressed copy of a ``.gz`` corpus (these too), and the directory if this run
+    ``made`` it (called holding the lock: a run waiting on the removed file sees it gone,
+    :func:`_acquire`)."""
     with contextlib.suppress(OSError):
-        if not refused and not set(os.listdir(run_dir)) <= {LOCK, UNFINISHED, TEMPORARY}:
+        if not refused and not set(os.listdir(run_dir)) <= {LOCK, UNFINISHED, TEMPORARY, INPUT_COPY}:
             return
         if not refused:     # a run that stopped before it recorded anything
             with contextlib.suppress(FileNotFoundError):
                 os.rmdir(temporary_dir(run_dir))    # (only if empty: else OSError, kept)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(run_dir, UNFINISHED))
+            for name in (INPUT_COPY, UNFINISHED):   # (a .gz corpus' copy: review)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(run_dir, name))
         os.unlink(os.path.join(run_dir, LOCK))
         if made:
             os.rmdir(os.path.realpath(run_dir))     # a link stays: the user made it

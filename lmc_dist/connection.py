@@ -35,7 +35,7 @@ def checked_address(address: str) -> str:
         if scheme not in ADDRESS_SCHEMES:
             raise ValueError(f"unknown scheme {scheme!r}; one of {', '.join(ADDRESS_SCHEMES)}")
         _, port = parse_host_port(location)
-        if scheme in ("tcp", "tls") and not 0 < int(port) < 65536:   # (it waited 30 s on one)
+        if not 0 < int(port) < 65536:   # (it waited 30 s on one)
             raise ValueError(f"port {port} is not from 1 to 65535")
     except ValueError as e:
         raise ValueError(f"{address!r} is not a Dask scheduler address, SCHEME://HOST:PORT such "
@@ -44,16 +44,14 @@ def checked_address(address: str) -> str:
 
 
 def unresolved_host(address: str) -> str | None:
-    """Why the host of a ``tcp``/``tls`` scheduler ``address`` has no network address (its
-    name does not resolve: Dask tried it until its connect timeout, 30 s, and then said
-    'Timed out'), or None (it resolves, or another scheme)."""
+    """Why the host of a scheduler ``address`` (:data:`ADDRESS_SCHEMES`, each HOST:PORT) has
+    no network address (its name does not resolve: Dask tried it until its connect timeout,
+    30 s, and then said 'Timed out'), or None (it resolves)."""
     import socket
 
     from distributed.comm.addressing import parse_address, parse_host_port
 
-    scheme, location = parse_address(address)
-    if scheme not in ("tcp", "tls"):
-        return None
+    _, location = parse_address(address)
     host, port = parse_host_port(location)
     try:
         socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)

@@ -6,6 +6,7 @@ cluster, a real model process."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import os
@@ -585,12 +586,16 @@ def test_a_run_that_writes_nothing_leaves_no_run_dir(tmp_path):
     assert again.returncode == 2 and list(existing.iterdir()) == []
     bad = tmp_path / "bad.txt"      # found while the corpus is scanned: the run had begun
     bad.write_bytes(b"fine\n\xff not UTF-8\n")
-    for run_dir in (made, existing):
-        scanned = lmc_dist("run", toy_model_command(), "we", "--input", str(bad), "--run-dir",
-                           str(run_dir), "--no-progress")
-        assert scanned.returncode == 2
-        assert scanned.stderr == f"lmc-dist: error: {bad}:2: not valid UTF-8 (byte 0 of the line)\n"
-    assert not made.exists() and list(existing.iterdir()) == []
+    packed = tmp_path / "bad.txt.gz"    # (decompressed into the run dir first: review)
+    packed.write_bytes(gzip.compress(bad.read_bytes()))
+    for corpus in (bad, packed):
+        for run_dir in (made, existing):
+            scanned = lmc_dist("run", toy_model_command(), "we", "--input", str(corpus),
+                               "--run-dir", str(run_dir), "--no-progress")
+            assert scanned.returncode == 2
+            assert scanned.stderr == (f"lmc-dist: error: {corpus}:2: not valid UTF-8 (byte 0 "
+                                      "of the line)\n")
+        assert not made.exists() and list(existing.iterdir()) == []
 
 
 def test_a_run_dir_is_marked_unfinished_from_the_run_s_start(tmp_path):

@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import signal
+import stat
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -192,14 +193,28 @@ def _warn_read_partially() -> None:
 
 
 def stdin_once(logs: Sequence[str]) -> None:
-    """Refuse ``-`` (standard input) given more than once: the second read of it found it
-    empty (QA: ``lmc stats - -`` printed the statistics of an empty log, exit 0).
+    """Refuse standard input given more than once (``-``, or a name of it such as
+    ``/dev/stdin`` where it is a pipe): the second read of it found it empty (QA: ``lmc
+    stats - -`` printed the statistics of an empty log, exit 0).
 
     Raises:
         click.UsageError: it was.
     """
-    if list(logs).count("-") > 1:
+    if sum(map(_is_stdin, logs)) > 1:
         raise click.UsageError("standard input (-) can be read once: give it once")
+
+
+def _is_stdin(path: str) -> bool:
+    """Whether ``path`` reads this process' standard input where that can be read only once
+    (``-``; ``/dev/stdin``, ``/dev/fd/0`` ... of a pipe, not of a file, which each opening
+    reads from its start)."""
+    if path == "-":
+        return True
+    try:
+        given, stdin = os.stat(path), os.fstat(0)
+    except (OSError, ValueError):
+        return False
+    return not stat.S_ISREG(stdin.st_mode) and os.path.samestat(given, stdin)
 
 
 def single_log(logs: Sequence[str]) -> str:

@@ -515,7 +515,8 @@ def _elements_fit(element: pa.DataType, name: str) -> bool:
         return False
     fields = {element.field(i).name: _plain(element.field(i).type) for i in range(element.num_fields)}
     number = (pa.types.is_floating, pa.types.is_integer, pa.types.is_null)
-    return (set(fields) == {"candidate", "error", "lm"} and pa.types.is_string(fields["candidate"])
+    # in this order: the readers take them by position (review: lm, error, candidate passed)
+    return (list(fields) == ["candidate", "error", "lm"] and pa.types.is_string(fields["candidate"])
             and all(any(test(fields[key]) for test in number) for key in ("error", "lm")))
 
 
