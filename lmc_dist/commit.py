@@ -152,7 +152,7 @@ def _remove_if_unused(run_dir: str, made: bool, refused: bool = False) -> None:
         if not refused:     # a run that stopped before it recorded anything
             with contextlib.suppress(FileNotFoundError):
                 os.rmdir(temporary_dir(run_dir))    # (only if empty: else OSError, kept)
-            for name in (INPUT_COPY, UNFINISHED):   # (a .gz corpus' copy: review)
+            for name in (INPUT_COPY, UNFINISHED):   # (INPUT_COPY: a .gz corpus decompressed)
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(run_dir, name))
         os.unlink(os.path.join(run_dir, LOCK))

@@ -13,11 +13,11 @@ waiting: every ``predict`` gets exactly one answer line, even when the request i
 (not UTF-8: a message goes to stderr and the answer is an empty line); an unknown command
 only writes to stderr.  A model that raises ends the serving (the exception propagates, as
 in LM Challenge 5.2, after a line on stderr naming the request): its process exits and the
-client names it, where an empty answer would have been logged as a token it did not score.  Answers are flushed
-whenever the requests already received are used up (before the loop waits for more input)
-and every :data:`FLUSH_EVERY` answers in between, so a client that sends one request and
-waits gets its answer at once, while a pipelining client gets its answers in batches (one
-system call per batch on either side, not one per answer).
+client names it, where an empty answer would have been logged as a token it did not score.
+Answers are flushed whenever the requests already received are used up (before the loop
+waits for more input) and every :data:`FLUSH_EVERY` answers in between, so a client that
+sends one request and waits gets its answer at once, while a pipelining client gets its
+answers in batches (one system call per batch on either side, not one per answer).
 Lines are split on LF only (a CR inside a context is text).  Scores are written with
 ``repr`` (the shortest text that reads back as the same float).
 """
@@ -72,8 +72,8 @@ def handle(model: Any, raw: bytes | str, output: IO[bytes], errors: IO[str]) -> 
     if command not in ("predict", "train", "clear"):
         errors.write(f"protocol: unknown command {command[:80]!r}\n")
         return
-    method = getattr(model, command, None)
-    if method is None:
+    method = model.predict if command == "predict" else getattr(model, command, None)
+    if method is None:      # (train and clear are optional)
         return
     try:
         if command == "predict":

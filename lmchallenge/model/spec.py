@@ -155,8 +155,8 @@ def started(name: str, factory: Callable[..., Any], options: dict[str, Any]) -> 
 
 
 START_TIMEOUT = 600.0
-"""Seconds a shell model may take by default to give its first answer: its start (a neural
-model loading its weights takes minutes on a CPU), within ``--timeout`` of its request."""
+"""Seconds a shell model may take by default to give its first answer (``--start-timeout``):
+its start is in them (a neural model loading its weights takes minutes on a CPU)."""
 
 
 @dataclass(frozen=True)
