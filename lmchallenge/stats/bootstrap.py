@@ -618,8 +618,7 @@ def few_resamples(settings: Settings) -> str | None:
         level = repr(settings.confidence)
     advice = (f"--resamples {wanted} or more" if wanted <= MAX_RESAMPLES else
               f"that takes about {float(f'{wanted:.3g}'):,.0f} resamples, more than the most, "
-              f"{MAX_RESAMPLES:,}: use a "
-              "lower --confidence")
+              f"{MAX_RESAMPLES:,}: use a lower --confidence")
     return (f"{settings.resamples} resamples leave {shown} beyond each endpoint of a "
             f"{level} interval: its endpoints are rough ({advice})")
 
