@@ -5,12 +5,13 @@ ANSI rendering) are not kept: they were the commands' insides, not an API."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from lmchallenge.analysis.grep import is_selected
 from lmchallenge.logs.files import open_text as auto_open
 from lmchallenge.logs.jsonl import dump_jsonlines, load_jsonlines
+from lmchallenge.stats.outcomes import rank_of as rank
+from lmchallenge.stats.output import flatten
 from lmchallenge.tokenize import CHARACTER_TOKENIZER, WORD_TOKENIZER
 
 __all__ = ["WORD_TOKENIZER", "CHARACTER_TOKENIZER", "load_jsonlines", "dump_jsonlines",
@@ -19,21 +20,5 @@ __all__ = ["WORD_TOKENIZER", "CHARACTER_TOKENIZER", "load_jsonlines", "dump_json
 
 def flatten_keys(nested: dict[str, Any], separator: str = ".") -> dict[str, Any]:
     """A nested dict as one level, keys joined by ``separator`` (``{"a": {"b": 1}}`` ->
-    ``{"a.b": 1}``), as 5.x's helper of that name."""
-    flat: dict[str, Any] = {}
-    for key, value in nested.items():
-        if isinstance(value, dict):
-            flat.update({f"{key}{separator}{inner}": v
-                         for inner, v in flatten_keys(value, separator).items()})
-        else:
-            flat[key] = value
-    return flat
-
-
-def rank(items: Sequence[Any], item: Any, max_rank: int | None = None) -> int | None:
-    """The 1-based position of ``item`` in ``items`` (looking at the first ``max_rank`` only,
-    when given), or None where it is not there, as 5.x's helper of that name."""
-    for position, candidate in enumerate(items[:max_rank] if max_rank is not None else items, start=1):
-        if candidate == item:
-            return position
-    return None
+    ``{"a.b": 1}``), as 5.x's helper of that name (:func:`lmchallenge.stats.output.flatten`)."""
+    return flatten(nested, separator=separator)

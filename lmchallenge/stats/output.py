@@ -15,12 +15,12 @@ FIRST_CSV_COLUMNS = ("log", "fingerprint", "users", "messages_per_user", "tokens
                      "characters_per_token", "skipped")
 
 
-def flatten(nested: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``."""
+def flatten(nested: dict[str, Any], prefix: str = "", separator: str = ".") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (keys joined by ``separator``)."""
     flat: dict[str, Any] = {}
     for key, value in nested.items():
         if isinstance(value, dict):
-            flat.update(flatten(value, f"{prefix}{key}."))
+            flat.update(flatten(value, f"{prefix}{key}{separator}", separator))
         else:
             flat[prefix + key] = value
     return flat
