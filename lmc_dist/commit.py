@@ -184,10 +184,12 @@ def temporary_dir(run_dir: str) -> str:
 def begin(run_dir: str) -> None:
     """Mark the run dir unfinished (before anything else of the run is written: a new run
     does it as soon as it holds the lock, before its corpus is scanned), and make its
-    ``_temporary/``."""
-    with atomic_path(os.path.join(run_dir, UNFINISHED)) as tmp:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(UNFINISHED_NOTE)
+    ``_temporary/``; a marker already there is kept (not written and synced again)."""
+    marker = os.path.join(run_dir, UNFINISHED)
+    if not os.path.isfile(marker):
+        with atomic_path(marker) as tmp:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(UNFINISHED_NOTE)
     os.makedirs(temporary_dir(run_dir), exist_ok=True)
 
 
