@@ -291,6 +291,18 @@ def test_a_model_s_start_has_its_own_deadline(tmp_path):
     assert f"model {model!r}: no answer within 1 s (--start-timeout: its first answer) (killed)\n" in text
 
 
+def test_a_model_that_exits_leaving_its_output_open_is_not_waited_for_until_start_timeout(tmp_path):
+    """CI: a launcher that exits after its request was written, while a process it started
+    holds its output open, was waited for until --start-timeout (600 s) instead of being
+    found exited once --timeout (1 s here) had passed without an answer."""
+    pid_file = tmp_path / "child.pid"
+    quitter = tmp_path / "quitter.sh"
+    quitter.write_text(f"sleep 300 &\necho $! > {pid_file}\nsleep 1\nexit 0\n")
+    text = failed(lmc("run", "--timeout", "1", f"sh {quitter}", "we", stdin=b"the lord\n", timeout=60))
+    assert f"model 'sh {quitter}': exited (code 0) before answering\n" in text
+    _wait_gone(int(pid_file.read_text()))
+
+
 def test_the_deadline_is_per_answer_not_per_run():
     """30 answers of 0.1 s each take longer than --timeout 2 together: the run passes."""
     model = toy_model_command("--delay", "0.1")

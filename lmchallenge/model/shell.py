@@ -164,6 +164,8 @@ class ShellModel(Model):
             declared hung and killed.
         start_timeout: seconds the model's first answer may take instead, when more (its
             start: loading weights; LM Challenge 5.2 waits for ever); None: ``timeout``.
+            A model process found exited (its output held open by a process it started)
+            with no answer for ``timeout`` seconds is not waited for any longer.
         window: most predict requests in flight at once.
         pass_stderr: also write what the model writes to its stderr to this process' stderr
             as it comes (``lmc run``, as LM Challenge 5.x shows it); its tail is kept for
@@ -315,11 +317,16 @@ class ShellModel(Model):
                 deadline = now + self._allowed()
             elif now > deadline:  # a model trickling bytes is never silent, but late
                 raise self._failure(self._late(answered < len(sent), len(inbox)), in_flight())
+            # waits of more than `timeout` (for the first answer) look in on the model every
+            # `timeout` seconds: one that exited is not waited for until --start-timeout
             readable, writable, _ = select.select([out_fd] if answered < len(sent) else [],
-                                                  [in_fd] if outbox else [], [], deadline - now)
+                                                  [in_fd] if outbox else [], [],
+                                                  min(deadline - now, self.timeout))
             if not readable and not writable:
                 if self._proc.poll() is not None:   # it exited, and a process it started
                     raise self._ended(in_flight())  # holds its output: that is the cause
+                if time.monotonic() < deadline:
+                    continue
                 raise self._failure(self._late(answered < len(sent), len(inbox)), in_flight())
             if writable:
                 try:
