@@ -29,6 +29,7 @@ import csv
 import html as html_escape
 import io
 import json
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ FORMATS = ("text", "markdown", "csv", "json", "html")
 TESTS = ("bootstrap", "randomisation")
 ENTROPY_KEYS = ("entropy.hit", "entropy.mean")
 LOWER_IS_BETTER = frozenset({"entropy.mean"})
+LOG = logging.getLogger(__name__)
 """Figures of :data:`lmchallenge.stats.bootstrap.METRICS` where a lower value is the better
 model (cross-entropy); of every other, a higher value is."""
 
@@ -169,6 +171,12 @@ def compare(baseline: str, logs: Sequence[str], settings: bootstrap.Settings,
     # the logs are of the baseline's data (the same users): its warnings are theirs
     base_ci = {key: bootstrap.held(bounds, base_values[key]) for key, bounds
                in bootstrap.intervals(base.table, metrics, settings).items()}
+    groups = len(base.table.keys)
+    if test == "bootstrap" and 1 < groups < bootstrap.FEW_GROUPS:
+        # QA: two users whose scores moved alike gave p = 0.000999; --paired-ar gave 0.47
+        LOG.warning("with only %d users (or messages) the paired bootstrap's p-values are too "
+                    "small (a difference looks significant that may not be): --paired-ar's "
+                    "are not (approximate randomisation)", groups)
     base_entropy = base.state.entropy_fingerprint
     base_totals = base.table.totals()
     rows = [LogComparison(baseline, baseline, {
@@ -248,7 +256,7 @@ def _cell(row: MetricRow | None, is_baseline: bool) -> str:
         return text
     if row.note:
         return f"{text} (not comparable)"
-    p = "-" if row.p is None else f"{row.p:.3g}"
+    p = "-" if row.p is None or math.isnan(row.p) else f"{row.p:.3g}"   # NaN: one user
     return f"{text} Δ {row.delta:+.4f} {_interval(row.ci)} p={p}"
 
 

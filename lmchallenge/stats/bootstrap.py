@@ -126,10 +126,6 @@ class Settings:
     seed: int = 12345
     method: str = "percentile"
 
-    def describe(self) -> str:
-        """``bootstrap-groups:percentile:0.95:1000:seed.12345`` style (for signatures)."""
-        return f"{self.method}|c.{self.confidence:g}|n.{self.resamples}|seed.{self.seed}"
-
 
 def user_order(user: str | int | None) -> tuple[int, Any]:
     """A sort key of users: no user first, then strings, then integers (``1`` and ``"1"``
@@ -446,6 +442,13 @@ def ratio(numerator: Any, denominator: Any) -> Any:
         return np.true_divide(numerator, denominator)
 
 
+def carrying(denominators: np.ndarray) -> int:
+    """The number of groups with data for a figure: those whose sum in its denominator
+    column (``denominators``, one per group) is not 0.  A resample's figure depends only on
+    how often it drew those; with fewer than two, on nothing."""
+    return int(np.count_nonzero(denominators))
+
+
 def _percentile(values: np.ndarray, levels: Sequence[float]) -> list[float]:
     """The ``levels`` quantiles of ``values`` (linear interpolation, as
     :func:`numpy.quantile`'s default), NaNs left out; infinite values count, an endpoint
@@ -490,11 +493,13 @@ def _bca_levels(theta: float, resampled: np.ndarray, jackknife: np.ndarray,
 def interval(table: GroupTable, totals: np.ndarray, numerator: str, denominator: str,
              settings: Settings) -> list[float]:
     """``[low, high]`` of ``sum(numerator) / sum(denominator)`` from resampled totals
-    (:func:`resampled_totals` of ``table``); NaN where no resample has a denominator, or
-    where a group's numerator is NaN (a NaN score: the figure is NaN, and an interval of
-    the resamples that missed its group would look valid: QA)."""
+    (:func:`resampled_totals` of ``table``); NaN where no resample has a denominator, where
+    a group's numerator is NaN (a NaN score: the figure is NaN, and an interval of the
+    resamples that missed its group would look valid: QA), and where fewer than two groups
+    have a denominator (every resample's figure is then that group's: an interval of width
+    0, which read as certain: QA)."""
     num, den = COLUMN[numerator], COLUMN[denominator]
-    if np.isnan(table.sums[:, num]).any():
+    if np.isnan(table.sums[:, num]).any() or carrying(table.sums[:, den]) < 2:
         return [math.nan, math.nan]
     resampled = ratio(totals[:, num], totals[:, den])
     alpha = 1 - settings.confidence
@@ -578,26 +583,29 @@ def intervals(table: GroupTable, metrics: Sequence[tuple[str, str, str]],
 
 def few_groups(table: GroupTable, metrics: Sequence[tuple[str, str, str]]) -> list[str]:
     """Warnings (one line each) for the ``metrics`` whose intervals rest on fewer than
-    :data:`FEW_GROUPS` groups: the groups with a non-zero denominator, since a resample's
-    figure depends only on how often it drew those (QA: the ``entropy.mean`` of a log in
-    which one user of 30 had scored tokens got an interval of width 0 and no warning).
-    With fewer than that many groups in all, one line says so, and a line more for each count
-    of groups fewer than all."""
+    :data:`FEW_GROUPS` groups: the groups with a non-zero denominator (:func:`carrying`),
+    since a resample's figure depends only on how often it drew those (QA: the
+    ``entropy.mean`` of a log in which one user of 30 had scored tokens got an interval of
+    width 0 and no warning; now NaN, see :func:`interval`).  With fewer than that many groups
+    in all, one line says so, and a line more for each count of groups fewer than all."""
     groups = len(table.keys)
-    carrying: dict[int, list[str]] = {}
+    counts: dict[int, list[str]] = {}
     for key, _, denominator in metrics:
-        n = int(np.count_nonzero(table.sums[:, COLUMN[denominator]]))
+        n = carrying(table.sums[:, COLUMN[denominator]])
         if 0 < n < FEW_GROUPS:
-            carrying.setdefault(n, []).append(key)
+            counts.setdefault(n, []).append(key)
     lines = []
     if 0 < groups < FEW_GROUPS:
-        what = "user (or message)" if groups == 1 else "users (or messages)"
-        lines.append(f"only {groups} {what} to resample: the bootstrap intervals are rough")
-        carrying.pop(groups, None)          # said by that line ("only 5 of 5 users": QA)
-    return lines + [f"only {n} of {groups} users (or messages) have data for {', '.join(keys)}: "
-                    f"{'its bootstrap interval is' if len(keys) == 1 else 'their bootstrap intervals are'} "
-                    "rough" + (" (of width 0)" if n == 1 else "")
-                    for n, keys in sorted(carrying.items())]
+        lines.append("only 1 user (or message) to resample: the bootstrap intervals are NaN "
+                     "(every resample's figure would be its own)" if groups == 1 else
+                     f"only {groups} users (or messages) to resample: the bootstrap intervals are rough")
+        counts.pop(groups, None)            # said by that line ("only 5 of 5 users": QA)
+    for n, keys in sorted(counts.items()):
+        which = "its bootstrap interval is" if len(keys) == 1 else "their bootstrap intervals are"
+        lines.append(f"only {n} of {groups} users (or messages) have data for {', '.join(keys)}: "
+                     + (f"{which} NaN (every resample's figure would be that one's)" if n == 1
+                        else f"{which} rough"))
+    return lines
 
 
 def few_resamples(settings: Settings) -> str | None:
@@ -642,8 +650,8 @@ class Comparison:
     Attributes:
         value, baseline: the log's and the baseline's figure.
         delta: ``value - baseline``.
-        ci: ``[low, high]`` interval of the delta.
-        p: two-sided p-value of "no difference".
+        ci: ``[low, high]`` interval of the delta (NaN: see :func:`paired`).
+        p: two-sided p-value of "no difference" (NaN: see :func:`paired`).
     """
 
     value: float
@@ -672,7 +680,8 @@ def paired(log: GroupTable, baseline: GroupTable, metrics: Sequence[tuple[str, s
         settings: confidence, resamples (also the randomisation trials), seed, method.
         test: ``"bootstrap"`` or ``"randomisation"``.
     Returns:
-        ``{key: Comparison}``.
+        ``{key: Comparison}``; a metric that fewer than two groups have data for (in either
+        log) has a NaN interval and p-value: every resample would be that one group.
     """
     _check(settings)
     if test not in ("bootstrap", "randomisation"):
@@ -708,14 +717,23 @@ def paired(log: GroupTable, baseline: GroupTable, metrics: Sequence[tuple[str, s
             null = np.abs(ratio(a[:, num], a[:, den]) - ratio(b[:, num], b[:, den]))
             null = null[np.isfinite(null)]
         p = _p_value(null, abs(delta)) if math.isfinite(delta) else math.nan
+        if carrying(log.sums[:, den] + baseline.sums[:, den]) < 2:
+            # one group: every resample's delta is the delta, so any difference had p =
+            # 1 / (B + 1) and an interval of width 0 (QA: "significant" on one user)
+            ci, p = [math.nan, math.nan], math.nan
         out[key] = Comparison(value, base, delta, ci, p)
     return out
 
 
 def _p_value(null: np.ndarray, observed: float) -> float:
     """``(1 + #{null >= observed}) / (1 + len(null))`` (a difference of 0 is never
-    counted as evidence; so a log against itself has ``p = 1``)."""
-    return (1 + int(np.count_nonzero(null >= observed))) / (1 + len(null))
+    counted as evidence; so a log against itself has ``p = 1``).  A null value that misses
+    ``observed`` by rounding alone (:data:`ROUNDING`, relative) counts as reaching it, as
+    ``scipy.stats.permutation_test`` does: a randomisation trial that swaps every group (or
+    none) gives the observed difference summed in another order, and half of those fell
+    short by the last bit (QA: 2 users, ``--paired-ar`` p = 0.211 where it is about 0.5)."""
+    reach = observed - abs(observed) * ROUNDING
+    return (1 + int(np.count_nonzero(null >= reach))) / (1 + len(null))
 
 
 SAME_SUMS_RTOL = 1e-9
