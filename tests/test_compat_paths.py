@@ -4,8 +4,11 @@ commands work here (they were ModuleNotFoundErrors)."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
+
+import pytest
 
 from conftest import toy_model_command
 
@@ -89,3 +92,35 @@ def test_5_x_scripts_calls_of_humanize_grep_pretty_and_wr_run_unchanged(caplog):
                            error_config={"p_anykey": 0.1, "error_chars": "x", "note": "run 3"}))
     assert len(rows) == 2
     assert "wr: error_config keys ignored: 'note' (it takes p_anykey and error_chars)" in caplog.text
+
+
+def test_5_x_keyword_names_and_core_errors(tmp_path):
+    """QA (5.2's API against ours): humanize(stats=...), auto_open(filename=...) and
+    flatten_keys(d=...) were TypeErrors (other names); lmchallenge.core.errors, where 5.x
+    kept wr's DEFAULT_CONFIG, was a ModuleNotFoundError."""
+    import random
+
+    import lmchallenge as lmc
+    from lmchallenge.core.common import auto_open, flatten_keys
+    from lmchallenge.core.errors import DEFAULT_CONFIG, corrupt, score
+
+    log = [{"user": None, "message": 0, "token": 0, "character": 0, "target": "a", "logp": -1.0}]
+    assert lmc.stats.humanize(stats=lmc.stats.stats(log, human=False)) == lmc.stats.stats(log)
+    assert flatten_keys(d={"a": {"b": 1}}, separator="/") == {"a/b": 1}
+    path = tmp_path / "x.txt.gz"
+    with auto_open(filename=str(path), mode="wt") as f:
+        f.write("gzipped\n")
+    with auto_open(str(path)) as f:
+        assert f.read() == "gzipped\n"
+    assert lmc.core.errors.DEFAULT_CONFIG is DEFAULT_CONFIG
+    assert DEFAULT_CONFIG == {"p_anykey": 0.1, "error_chars": "abcdefghijklmnopqrstuvwxyz"
+                                                              "ABCDEFGHIJKLMNOPQRSTUVWXYZ_-#@"}
+    # k kept of n: k log(1 - p) + (n - k) log(p); the figure 5.2 gives for these words
+    assert score(DEFAULT_CONFIG, "hallo", "hello") == -2.7240271556253504
+    assert score(dict(DEFAULT_CONFIG, p_anykey=0.5), "ab", "xy") == 2 * math.log(0.5)
+    typed = corrupt(dict(DEFAULT_CONFIG, error_chars="#"), "abcdefghij" * 10, random.Random(7))
+    assert len(typed) == 100 and set(typed) - set("abcdefghij") == {"#"}
+    assert typed == corrupt(dict(DEFAULT_CONFIG, error_chars="#"), "abcdefghij" * 10, random.Random(7))
+    assert typed.count("#") == 14     # about p_anykey of the 100 (seed 7)
+    with pytest.raises(ValueError, match="p_anykey must be in"):
+        score({"p_anykey": 1.0}, "a", "a")

@@ -8,11 +8,12 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_SUBMODULES = ("model", "common")
+_SUBMODULES = ("model", "common")   # whose names are the package's too, as in 5.x
+_OTHER_MODULES = ("errors",)        # wr's typo model: lmchallenge.core.errors.DEFAULT_CONFIG
 
 
 def __getattr__(name: str) -> Any:
-    if name in _SUBMODULES:
+    if name in _SUBMODULES + _OTHER_MODULES:
         return importlib.import_module(f"{__name__}.{name}")
     for submodule in _SUBMODULES:
         module = importlib.import_module(f"{__name__}.{submodule}")

@@ -5,10 +5,11 @@ ANSI rendering) are not kept: they were the commands' insides, not an API."""
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import IO, Any
 
 from lmchallenge.analysis.grep import is_selected
-from lmchallenge.logs.files import open_text as auto_open
+from lmchallenge.logs.files import open_text
 from lmchallenge.logs.jsonl import dump_jsonlines, load_jsonlines
 from lmchallenge.stats.outcomes import rank_of as rank
 from lmchallenge.stats.output import flatten
@@ -18,7 +19,15 @@ __all__ = ["WORD_TOKENIZER", "CHARACTER_TOKENIZER", "load_jsonlines", "dump_json
            "auto_open", "is_selected", "flatten_keys", "rank"]
 
 
-def flatten_keys(nested: dict[str, Any], separator: str = ".") -> dict[str, Any]:
-    """A nested dict as one level, keys joined by ``separator`` (``{"a": {"b": 1}}`` ->
-    ``{"a.b": 1}``), as 5.x's helper of that name (:func:`lmchallenge.stats.output.flatten`)."""
-    return flatten(nested, separator=separator)
+def flatten_keys(d: dict[str, Any], separator: str = ".") -> dict[str, Any]:
+    """The nested dict ``d`` as one level, keys joined by ``separator`` (``{"a": {"b": 1}}``
+    -> ``{"a.b": 1}``), as 5.x's helper of that name, arguments named as 5.x named them
+    (:func:`lmchallenge.stats.output.flatten`)."""
+    return flatten(d, separator=separator)
+
+
+def auto_open(filename: str, mode: str = "rt") -> contextlib.AbstractContextManager[IO[str]]:
+    """``filename`` opened as UTF-8 text (``mode`` ``"rt"`` or ``"wt"``), gunzipped where its
+    name ends in ``.gz``, ``-`` being stdin/stdout; a context manager, as 5.x's helper of that
+    name, arguments named as 5.x named them (:func:`lmchallenge.logs.files.open_text`)."""
+    return open_text(filename, mode)

@@ -312,13 +312,15 @@ class StatsState:
         return humanize(raw) if human else raw
 
 
-def humanize(raw: RawStats) -> Stats:
-    """Human statistics from raw ones (see the module docstring for each field).
+def humanize(stats: RawStats) -> Stats:
+    """Human statistics from raw ones, ``stats`` (as ``stats(log, human=False)`` gives them;
+    the argument has LM Challenge 5.x's name); see the module docstring for each field.
 
     Groups (``prediction``, ``completion``, ``entropy``, ``reranking``) appear only when
     the log has data for them; per-user and per-token ratios only when there are selected
     tokens.
     """
+    raw = stats
     tokens, users = raw["tokens"], raw["users"]
     human: Stats = {"fingerprint": format_fingerprint(raw["fingerprint"]), "users": users}
     if users:
