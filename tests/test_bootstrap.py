@@ -297,6 +297,29 @@ def test_few_groups_with_data_for_a_figure_are_warned_about(tmp_path):
         "bootstrap interval is NaN (every resample's figure would be that one's)\n")
 
 
+def test_data_held_by_a_few_large_users_is_warned_about(tmp_path):
+    """QA: one user of 30 holding 90% of the tokens, or 50 users of sizes lognormal with
+    sigma 2 (a 95% interval covered 64% of the time), and no warning: 30 users counted as
+    enough.  Kish's effective sample size, (sum n)^2 / sum n^2, counts them as about 1."""
+    assert bootstrap.effective_groups(np.array([5.0, 5.0, 5.0])) == 3
+    assert bootstrap.effective_groups(np.array([9.0, 1.0, 0.0])) == pytest.approx(100 / 82)
+    assert bootstrap.effective_groups(np.zeros(3)) == 0
+    log = tmp_path / "dominant.jsonl"
+    sizes = [261] + [1] * 29         # 90% of the tokens in the first user
+    log.write_text("".join(json.dumps({"character": 0, "message": t // 5, "target": "w", "token": t % 5,
+                                       "user": f"u{u:02d}", "logp": -1.0 - (u * 7 + t) % 5}) + "\n"
+                           for u, n in enumerate(sizes) for t in range(n)))
+    result = run_lmc("stats", "--confidence", "0.95", str(log))
+    assert result.stderr.decode() == (
+        f"WARNING\t{log}: a few of the 30 users (or messages) hold most of the data for "
+        "entropy.hit, entropy.mean, as much as 1.2 of equal size would (Kish's effective sample "
+        "size): their bootstrap intervals are rough\n")
+    stats = json.loads(result.stdout)
+    assert stats["ci"]["entropy.mean"][0] < stats["entropy"]["mean"] < stats["ci"]["entropy.mean"][1]
+    log.write_text(we_rows(30, set(range(30))))      # 30 users of 20 tokens: as many as 30
+    assert run_lmc("stats", "--confidence", "0.95", str(log)).stderr == b""
+
+
 def test_an_infinite_score_gives_an_interval_reaching_infinity(tmp_path):
     # QA: 0 x inf in the resampling made every resample NaN: "ci" [NaN, NaN] beside a mean of
     # Infinity; the resamples that do not draw the group are finite

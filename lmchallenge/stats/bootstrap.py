@@ -581,19 +581,37 @@ def intervals(table: GroupTable, metrics: Sequence[tuple[str, str, str]],
     return {key: interval(table, totals, num, den, settings) for key, num, den in metrics}
 
 
+def effective_groups(denominators: np.ndarray) -> float:
+    """Kish's effective sample size of a ratio's groups, ``(sum d)^2 / sum d^2`` over the
+    groups' sums ``d`` in its denominator column (Kish 1965, "Survey Sampling", 11.7): the
+    number of groups of equal size that would spread the figure's data as evenly; the count of
+    groups when they are of one size, about 1 when one of them holds nearly all the data."""
+    d = np.asarray(denominators, dtype=np.float64)
+    squares = float((d * d).sum())
+    return float(d.sum()) ** 2 / squares if squares else 0.0
+
+
 def few_groups(table: GroupTable, metrics: Sequence[tuple[str, str, str]]) -> list[str]:
     """Warnings (one line each) for the ``metrics`` whose intervals rest on fewer than
     :data:`FEW_GROUPS` groups: the groups with a non-zero denominator (:func:`carrying`),
     since a resample's figure depends only on how often it drew those (QA: the
     ``entropy.mean`` of a log in which one user of 30 had scored tokens got an interval of
     width 0 and no warning; now NaN, see :func:`interval`).  With fewer than that many groups
-    in all, one line says so, and a line more for each count of groups fewer than all."""
+    in all, one line says so, and a line more for each count of groups fewer than all.
+    Metrics with enough groups whose data is held by a few large ones (an
+    :func:`effective_groups` below :data:`FEW_GROUPS`) get a line too (QA: 50 users of sizes
+    lognormal with sigma 2: a 95% interval covered 64%; one user of 30 holding 90% of the
+    tokens: no warning)."""
     groups = len(table.keys)
     counts: dict[int, list[str]] = {}
+    uneven: dict[str, list[str]] = {}
     for key, _, denominator in metrics:
-        n = carrying(table.sums[:, COLUMN[denominator]])
+        sums = table.sums[:, COLUMN[denominator]]
+        n = carrying(sums)
         if 0 < n < FEW_GROUPS:
             counts.setdefault(n, []).append(key)
+        elif n >= FEW_GROUPS and effective_groups(sums) < FEW_GROUPS:
+            uneven.setdefault(f"{effective_groups(sums):.1f}", []).append(key)
     lines = []
     if 0 < groups < FEW_GROUPS:
         lines.append("only 1 user (or message) to resample: the bootstrap intervals are NaN "
@@ -605,6 +623,11 @@ def few_groups(table: GroupTable, metrics: Sequence[tuple[str, str, str]]) -> li
         lines.append(f"only {n} of {groups} users (or messages) have data for {', '.join(keys)}: "
                      + (f"{which} NaN (every resample's figure would be that one's)" if n == 1
                         else f"{which} rough"))
+    for effective, keys in sorted(uneven.items(), key=lambda item: float(item[0])):
+        which = "its bootstrap interval is" if len(keys) == 1 else "their bootstrap intervals are"
+        lines.append(f"a few of the {groups} users (or messages) hold most of the data for "
+                     f"{', '.join(keys)}, as much as {effective} of equal size would (Kish's "
+                     f"effective sample size): {which} rough")
     return lines
 
 
