@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from lmchallenge.errors import InputError, ModelError
 
-from lmc_dist.worker import PartitionTask, RunDirError
+from lmc_dist.worker import ModelFilesError, PartitionTask, RunDirError, WorkerSetupError
 
 ALIKE_AT_START = 2
 """Partitions that fail alike before their model's first answer (each at different lines of
@@ -57,8 +57,10 @@ def fails_at_start(error: BaseException) -> bool:
     """Whether ``error`` is a model's failure before its first answer: a model process that
     ended (or answered garbage) at its first answer line, or a Python model that could not
     be made (no request: :mod:`lmchallenge.model.spec`); not one stopped from outside.  Or
-    a worker that cannot write into the run dir (checked before the model starts)."""
-    if isinstance(error, RunDirError):
+    a worker set up otherwise than the client (:class:`lmc_dist.worker.WorkerSetupError`:
+    it cannot write into the run dir, or the model's files are others there; checked before
+    the model starts)."""
+    if isinstance(error, WorkerSetupError):
         return True
     if not isinstance(error, ModelError) or error.stopped or error.out_of_step:
         return False
@@ -70,6 +72,8 @@ def stop_reason(errors: dict[int, BaseException]) -> str:
     by partition index)."""
     if any(isinstance(error, RunDirError) for error in errors.values()):
         return "a worker could not write into the run dir"
+    if any(isinstance(error, ModelFilesError) for error in errors.values()):
+        return "a worker's model files are not the client's"
     return "the model failed alike as it started"
 
 
@@ -95,6 +99,6 @@ def _failure_message(task: PartitionTask, error: BaseException) -> str:
     p = task.partition
     where = (f"partition {p.index} (lines {p.first_line}-{p.first_line + p.messages - 1} of "
              f"{task.corpus_name}, first message {p.first_message})")
-    if isinstance(error, (ModelError, InputError, RunDirError)):
+    if isinstance(error, (ModelError, InputError, WorkerSetupError)):
         return f"{where}: {error}"
     return f"{where}: {type(error).__name__}: {error}"

@@ -39,7 +39,7 @@ from lmchallenge.games.typos import read_vocabulary
 from lmchallenge.logs.convert import convert_file, join_logs
 from lmchallenge.logs.files import check_parquet_name, check_writable, file_form
 from lmchallenge.logs.rundir import STATS, changed_part, finished_part
-from lmchallenge.model.files import changed, named_files
+from lmchallenge.model.files import changed, files_as_named, named_files
 from lmchallenge.model.spec import PredictorSpec
 
 from lmc_dist import commit
@@ -572,12 +572,13 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
     commit.remove_leftovers(job.run_dir)
     mf.save(job.run_dir, manifest)
 
+    model_files = files_as_named(job.predictor.describe(), job.predictor.options)
     tasks = [PartitionTask(run_dir=os.path.abspath(job.run_dir), input_path=os.path.abspath(scanned.path)
                            if "://" not in scanned.path else scanned.path,
                            corpus_name=job.input, corpus_format=scanned.corpus_format, partition=p,
                            game=job.game, predictor=job.predictor, train=job.train,
                            out_format=job.out_format, user_type=manifest["user_type"],
-                           run=manifest["run"], client=client.id)
+                           run=manifest["run"], client=client.id, model_files=model_files)
              for p in scanned.partitions]
     register_model_pool(client, job)
     workers = workers_of(client, job) or (job.workers or 1)

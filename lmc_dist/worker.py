@@ -34,6 +34,7 @@ from lmchallenge.games.runner import Game, run_game
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.logs.io import write_log
 from lmchallenge.logs.rundir import TEMPORARY, WRITE_CHECK, finished_part
+from lmchallenge.model.files import files_as_named, other_files
 from lmchallenge.model.shell import ShellModel
 from lmchallenge.model.spec import PredictorSpec, close_model
 from lmchallenge.stats.compute import state_of_log
@@ -358,6 +359,9 @@ class PartitionTask:
         client: the Dask client of the run (``Client.id``): its models are the run's own,
             finished when a later run starts after the client has gone
             (:func:`finish_orphaned_models`).
+        model_files: the files the model's command names at the client, by the word that
+            names them (:func:`lmchallenge.model.files.files_as_named`), checked on the
+            worker (:func:`check_model_files_here`); None: not checked.
     """
 
     run_dir: str
@@ -372,6 +376,7 @@ class PartitionTask:
     user_type: str = "string"
     run: str | None = None
     client: str | None = None
+    model_files: dict[str, Any] | None = None
 
     @property
     def output_path(self) -> str:
@@ -437,6 +442,7 @@ def _evaluate_partition(task: PartitionTask) -> PartitionOutcome:
         ModelError: the model failed (naming user/message/token; the model is discarded).
         InputError: the partition's bytes are malformed.
         RunDirError: this worker cannot write into the run dir.
+        ModelFilesError: a file the model names is another file here than at the client.
         LmcError: its log, written, cannot be read back (the file is removed again: a
             ``--resume`` computes the partition anew).
     """
@@ -452,6 +458,7 @@ def _evaluate_partition(task: PartitionTask) -> PartitionOutcome:
             os.remove(existing)
             os.makedirs(os.path.dirname(task.output_path), exist_ok=True)   # a finished run's
     check_writable_here(os.path.dirname(task.output_path))    # before a model starts
+    check_model_files_here(task)
     began, started = time.time(), time.monotonic()
     pool = current_pool()
     game = pool.game(task.game)
@@ -485,9 +492,36 @@ def _evaluate_partition(task: PartitionTask) -> PartitionOutcome:
                             state=state, began=began, bytes=os.path.getsize(task.output_path))
 
 
-class RunDirError(LmcError):
+class WorkerSetupError(LmcError):
+    """A worker that cannot run the partitions as the client set the run up (checked before
+    its model starts, so that every partition on it fails alike, at once)."""
+
+
+class RunDirError(WorkerSetupError):
     """A worker cannot write into the run dir (it is not on storage every worker shares, or
     is read-only or full there)."""
+
+
+class ModelFilesError(WorkerSetupError):
+    """A file the model's command names is another file on a worker than at the client."""
+
+
+def check_model_files_here(task: "PartitionTask") -> None:
+    """Raise :class:`ModelFilesError` if a word of the model's command that names a file at
+    the client (``task.model_files``) names a file of another size on this worker (QA: a
+    relative model path resolved in the worker's working directory to another model, and
+    the run passed, its manifest naming the client's file)."""
+    if not task.model_files:
+        return
+    here = files_as_named(task.predictor.describe(), task.predictor.options)
+    other = other_files(task.model_files, here)
+    if other:
+        word = other[0]
+        raise ModelFilesError(
+            f"worker {socket.gethostname()} (in {os.getcwd()}): the model's file {word!r} is "
+            f"{os.path.abspath(word)} there, {here[word]['bytes']:,} bytes, not the file of "
+            f"the client ({task.model_files[word]['bytes']:,} bytes): give the model's file "
+            "paths absolute, on storage every worker reaches at the same path")
 
 
 def check_writable_here(directory: str) -> None:

@@ -282,6 +282,35 @@ def test_scheduler_cluster_matches_lmc_run(tmp_path, commits, two_workers, worke
     assert concatenated(run_dir) == expected
 
 
+def test_a_relative_model_path_naming_another_file_on_the_workers_is_refused(tmp_path, two_workers):
+    """QA: workers in another working directory resolved the model's relative path to another
+    model there; the run passed with its numbers, its manifest naming the client's file."""
+    corpus = first_lines(DATA / "kjv" / "test.sample.txt", 40, tmp_path / "c.txt")
+    ngram = str(BIN / "lmc-ngram")
+    for where, lines in ((tmp_path, 40), (two_workers.tmp, 20)):    # the client's, the workers'
+        subprocess.run([ngram, "train", str(first_lines(corpus, lines, where / "t.txt")), "-o",
+                        str(where / "m.lm")], check=True, capture_output=True, timeout=120)
+    args = ["run", f"{ngram} serve m.lm", "we", "--input", "c.txt", "--scheduler",
+            two_workers.address, "--retries", "0"]
+    try:
+        result = lmc_dist([*args, "--run-dir", "run"], check=False, cwd=tmp_path)
+        assert result.returncode == 2 and result.stdout == b""
+        size = (two_workers.tmp / "m.lm").stat().st_size
+        assert (f"): the model's file 'm.lm' is {two_workers.tmp / 'm.lm'} there, {size:,} bytes, "
+                f"not the file of the client ({(tmp_path / 'm.lm').stat().st_size:,} bytes): give "
+                "the model's file paths absolute, on storage every worker reaches at the same "
+                "path\n") in result.stderr.decode()
+        assert not list((tmp_path / "run").glob("part-*"))
+        # the same file there (a copy): the run is the client's
+        shutil.copy(tmp_path / "m.lm", two_workers.tmp / "m.lm")
+        lmc_dist([*args, "--run-dir", "again"], cwd=tmp_path)
+        expected = subprocess.run([str(BIN / "lmc"), "run", f"{ngram} serve {tmp_path / 'm.lm'}",
+                                   "we", str(corpus)], capture_output=True, check=True).stdout
+        assert concatenated(tmp_path / "again") == expected
+    finally:
+        (two_workers.tmp / "m.lm").unlink()
+
+
 def test_plain_text_gz_is_split_between_messages(tmp_path, two_workers):
     corpus = tmp_path / "kjv.txt.gz"
     with open(DATA / "kjv" / "test.sample.txt", "rb") as f:

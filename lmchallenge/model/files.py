@@ -30,6 +30,13 @@ class FileStamp(TypedDict):
 def named_files(command: str, options: dict[str, Any] | None = None) -> dict[str, FileStamp]:
     """``{absolute path: stamp}`` of the files ``command`` (a shell command or a
     ``module:Class`` spec) and the string values of ``options`` name (module docstring)."""
+    return {os.path.abspath(word): stamp for word, stamp in files_as_named(command, options).items()}
+
+
+def files_as_named(command: str, options: dict[str, Any] | None = None) -> dict[str, FileStamp]:
+    """As :func:`named_files`, but by the word that names each file, as written (a relative
+    path is a key as it is: ``lmc-dist`` compares what it names on each worker with what it
+    names at the client)."""
     try:
         words = shlex.split(command)
     except ValueError:      # unbalanced quotes: the shell will say so
@@ -39,8 +46,18 @@ def named_files(command: str, options: dict[str, Any] | None = None) -> dict[str
     for word in words:
         stamp = _stamp(word)
         if stamp is not None:
-            stamps[os.path.abspath(word)] = stamp
+            stamps[word] = stamp
     return stamps
+
+
+def other_files(client: dict[str, FileStamp], here: dict[str, FileStamp]) -> list[str]:
+    """The words of ``client`` (:func:`files_as_named` at the client) that name a file of
+    another size ``here`` (the same, on a worker): another file (a relative path resolved in
+    another working directory, another model's copy).  A word that names no file here is
+    left to the model (it fails to open it); the times are not compared (a copy keeps the
+    bytes, not always the time)."""
+    return [word for word, stamp in client.items()
+            if word in here and here[word]["bytes"] != stamp["bytes"]]
 
 
 def changed(before: dict[str, FileStamp], now: dict[str, FileStamp]) -> list[str]:
@@ -80,4 +97,4 @@ def _stamp(path: str) -> FileStamp | None:
     return None
 
 
-__all__ = ["FileStamp", "named_files", "changed"]
+__all__ = ["FileStamp", "named_files", "files_as_named", "other_files", "changed"]
