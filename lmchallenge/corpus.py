@@ -188,8 +188,9 @@ def looks_like_json_row(line: str) -> bool:
         row = json.loads(stripped)
     except json.JSONDecodeError:
         return False
-    except ValueError:      # JSON, but a value Python does not read (an integer of 4,300+
-        return '"text"' in stripped    # digits): a json corpus, its row reported as bad
+    except (ValueError, RecursionError):    # JSON, but a value Python does not read (an
+        return '"text"' in stripped    # integer of 4,300+ digits, arrays nested past its stack):
+                                       # a json corpus, its row reported as bad
     return isinstance(row, dict) and "text" in row
 
 
@@ -242,7 +243,7 @@ def parse_json_row(text: str, path: str, number: int) -> Message:
     """
     try:
         row = json.loads(text)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise InputError(path, number, f"invalid JSON: {json_problem(e)}") from None
     if not isinstance(row, dict):
         raise InputError(path, number, "a marked-up row must be a JSON object")

@@ -143,10 +143,13 @@ class Terminated(KeyboardInterrupt):
     manifest saved.  The command exits with code 143 (128 + SIGTERM), as if killed by it."""
 
 
-def json_problem(error: ValueError) -> str:
+def json_problem(error: ValueError | RecursionError) -> str:
     """What ``json.loads`` found wrong, for a message after ``invalid JSON:``: the decoder's
     reason and column, or, for a number Python will not read (an integer of more than 4,300
-    digits, ``sys.get_int_max_str_digits``), that."""
+    digits, ``sys.get_int_max_str_digits``) or arrays and objects nested deeper than its
+    recursion limit (QA: a RecursionError traceback), that."""
+    if isinstance(error, RecursionError):
+        return "arrays or objects nested too deeply"
     if hasattr(error, "colno"):
         column = error.colno
         if error.lineno > 1:    # a line parsed with its newline, cut short: at its end (QA:

@@ -43,7 +43,7 @@ def parse_numbered(lines: Iterable[tuple[int, str]], path: str) -> Iterator[tupl
             continue
         try:
             datum = json.loads(line)
-        except ValueError as e:     # (an integer of 4,300+ digits is not a JSONDecodeError)
+        except (ValueError, RecursionError) as e:   # (4,300+ digits; nesting beyond the stack)
             raise InputError(path, number, f"invalid JSON: {json_problem(e)}") from None
         if not isinstance(datum, dict):
             raise InputError(path, number, "a log line must be a JSON object")

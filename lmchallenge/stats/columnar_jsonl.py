@@ -145,7 +145,7 @@ def _fits_schema(data: bytes) -> str | None:
         if line.strip():
             try:
                 datum = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 return "no"
             if not (isinstance(datum, dict) and set(datum) <= set(SCHEMA.names)):
                 return "no"
