@@ -16,9 +16,9 @@ from lmchallenge.games.spec import GameSpec
 from lmchallenge.model.spec import PredictorSpec
 from lmchallenge.cli.game_options import wr_options
 from lmchallenge.cli.order import OptionsAfterGame
-from lmchallenge.cli.options import (FiniteFloatRange, JsonOption, model_options, partial_option,
+from lmchallenge.cli.options import (JsonOption, count, model_options, partial_option,
                                      run_command, set_verbosity, start_timeout_option,
-                                     window_option)
+                                     seconds, window_option)
 from lmchallenge.cli.uncertainty import bootstrap_options, settings_of, wanted, warn_if_few_resamples
 
 from lmc_dist import manifest as mf
@@ -26,6 +26,12 @@ from lmc_dist import reduce
 from lmc_dist.connection import checked_address
 from lmc_dist.job import DEFAULT_PARTITION_CHARS, DistJob, execute
 from lmc_dist.resources import parse_resources
+
+MAX_WORKERS = 1024
+"""The most ``--workers`` of the embedded cluster (worker processes on this machine; QA: 10**31
+ran the machine out of memory)."""
+MAX_RETRIES = 100
+"""The most ``--retries`` (QA: 10**31 overflowed in Dask, which printed tracebacks and hung)."""
 
 
 class ResourcesParam(click.ParamType):
@@ -87,27 +93,27 @@ def run_options(function):
                      hidden=True, help="Deprecated spelling of --format."),
         click.option("--scheduler", type=SchedulerParam(), metavar="ADDR",
                      help="Dask scheduler address (tcp://HOST:8786); default: an embedded cluster."),
-        click.option("--workers", type=click.IntRange(1), metavar="N",
+        click.option("--workers", type=count(1, MAX_WORKERS), metavar="N",
                      help="Worker processes of the embedded cluster (default: one per core)."),
         click.option("--resources", type=ResourcesParam(), default=None,
                      help="Dask worker resources each partition task needs, e.g. GPU=1: only "
                           "workers started with `dask worker --resources GPU=1` run partitions "
                           "(the embedded cluster's workers declare them)."),
-        click.option("--partition-chars", type=click.IntRange(1), metavar="N",
+        click.option("--partition-chars", type=count(1), metavar="N",
                      help="Target characters per partition (smaller near the end of the corpus); "
                           f"e.g. {DEFAULT_PARTITION_CHARS}. Default: partitions of estimated model "
                           "queries, about 4 to 6 per worker (--resume: as recorded)."),
         click.option("-t", "--train/--no-train", default=False,
                      help="Train the model per message, clearing it per user (as lmc run)."),
         click.option("--resume", is_flag=True, help="Finish the run in --run-dir."),
-        click.option("--retries", type=click.IntRange(0), default=1, show_default=True,
+        click.option("--retries", type=count(0, MAX_RETRIES), default=1, show_default=True,
                      help="Extra attempts of a failed partition (and rounds that make again "
                           "the partitions of a model process that failed later)."),
         click.option("--output", metavar="FILE",
                      help="Also write the whole log here (.jsonl, .jsonl.gz, .parquet)."),
         click.option("-o", "--options", type=JsonOption(), default="{}",
                      help="JSON options of the model, as for lmc run."),
-        click.option("--timeout", type=FiniteFloatRange(0, min_open=True), default=60.0,
+        click.option("--timeout", type=seconds(), default=60.0,
                      show_default=True,
                      help="Seconds a shell model may take to answer (a Python model, "
                           "called in the worker's process, cannot be stopped: a call that "

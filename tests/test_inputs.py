@@ -683,9 +683,9 @@ def test_wr_takes_no_or_one_candidate_as_5_2_does(tmp_path, count):
 
 
 @pytest.mark.parametrize("prog, argv, message", [
-    ("lmc", ["--timeout", "-1"], "Invalid value for '--timeout': -1.0 is not in the range x>0."),
+    ("lmc", ["--timeout", "-1"], "Invalid value for '--timeout': -1.0 is not in the range 0<x<=1000000000.0."),
     ("lmc", ["--timeout", "nan"], "Invalid value for '--timeout': nan is not a finite number"),
-    ("lmc", ["--timeout", "inf"], "Invalid value for '--timeout': inf is not a finite number"),
+    ("lmc", ["--timeout", "inf"], "Invalid value for '--timeout': inf is not in the range 0<x<=1000000000.0."),
     ("lmc", ["-o", '{"positional": 5}'], 'Invalid value for --options: "positional" must be a '
                                          "JSON list (the arguments before the named ones)"),
     ("lmc", ["wr", "-p", "nan"], "Invalid value for '-p' / '--p-anykey': nan is not a finite number"),
@@ -906,3 +906,75 @@ def test_an_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path, prog
                              f"{source}, which the output would replace", prog=program)
     assert corpus.read_text() == "the lord\n" and vocab.read_text() == "the\nlord\n"
     assert not (tmp_path / "run").exists()
+
+
+def test_json_nested_past_python_s_stack_is_an_invalid_line_not_a_traceback(tmp_path):
+    """QA: a log or corpus line of 100,000 nested arrays ended every reader in a
+    RecursionError traceback (exit 1)."""
+    deep = "[" * 100_000 + "]" * 100_000
+    log = tmp_path / "deep.jsonl"
+    log.write_text(json.dumps({"user": None, "message": 0, "token": 0, "character": 0,
+                               "target": "a", "logp": -1.0}) + "\n" + deep + "\n")
+    reason = f"{log}:2: invalid JSON: arrays or objects nested too deeply"
+    for args in (["stats"], ["validate"], ["grep", "a"], ["pretty"], ["convert", "-o", str(tmp_path / "x.parquet")]):
+        assert_error(run(LMC, *args, str(log)), reason)
+    corpus = tmp_path / "deep.corpus.jsonl"
+    corpus.write_text('{"text": "a b"}\n{"text": "c", "x": ' + deep + "}\n")
+    for form in ([], ["-f", "json"]):       # auto-detected as json too: its row reported
+        assert_error(run(LMC, "run", toy_model_command(), "we", *form, str(corpus)),
+                     f"{corpus}:2: invalid JSON: arrays or objects nested too deeply")
+
+
+@pytest.mark.parametrize("argv, option", [
+    ([LMC, "stats", "-n", str(10**31), str(PRETTY_LOGS / "kjv.o1.we.jsonl")], "'-n' / '--lines'"),
+    ([LMC, "pretty", "-o", "html", "--max-tokens", str(10**31), str(PRETTY_LOGS / "kjv.o1.we.jsonl")],
+     "'--max-tokens'"),
+    ([LMC, "run", "--timeout", "1e10", "cat", "we", str(SAMPLE)], "'--timeout'"),
+    ([LMC, "run", "--start-timeout", "1e10", "cat", "we", str(SAMPLE)], "'--start-timeout'"),
+    ([LMC_DIST, "run", "cat", "we", "--input", str(SAMPLE), "--run-dir", "r", "--retries", "101"], "'--retries'"),
+    ([LMC_DIST, "run", "cat", "we", "--input", str(SAMPLE), "--run-dir", "r", "--workers", "1025"], "'--workers'"),
+    ([LMC_DIST, "run", "cat", "we", "--input", str(SAMPLE), "--run-dir", "r", "--timeout", "1e10"], "'--timeout'"),
+    ([str(BIN / "lmc-neural"), "serve", "model", "--threads", "100000"], "'--threads'"),
+    ([LMC, "run", "cat", "wr", "--error-chars", "ab\t", str(VOCAB), str(SAMPLE)], "'--error-chars'"),
+    ([LMC, "pretty", "-o", "html", "-m", ".1000000000f", str(PRETTY_LOGS / "kjv.o1.we.jsonl")],
+     "'-m' / '--float-format'"),
+])
+def test_option_values_past_what_the_machine_takes_are_usage_errors(tmp_path, argv, option):
+    """QA (option fuzzing): -n 10**31 and --max-tokens 10**31 ended in an OverflowError
+    traceback, --timeout 1e10 in another (the clock), --retries 10**31 in Dask's tracebacks
+    and a hang, --workers 10**31 and -m .1000000000f ran the machine out of memory, torch
+    crashed at --threads 100000, and a TAB in --error-chars went into the model's protocol."""
+    result = run(*argv, cwd=tmp_path)
+    assert result.returncode == 2 and f"Invalid value for {option}" in result.stderr.decode(), result.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_long_timeouts_and_odd_stdout_encodings_work(tmp_path):
+    """The longest --timeout is waited for in steps (an API caller's 1e10 s too); a standard
+    output that cannot encode Δ gets it escaped (QA: a UnicodeEncodeError traceback)."""
+    from lmchallenge.games.typos import ErrorModel
+    from lmchallenge.model.shell import ShellModel
+
+    model = ShellModel(toy_model_command(), timeout=1e10, start_timeout=1e12)
+    try:
+        assert model.predict("a ", ["b"])
+    finally:
+        model.close()
+    with pytest.raises(ValueError, match="error_chars must not hold whitespace"):
+        ErrorModel(error_chars="a b")
+    log = str(PRETTY_LOGS / "kjv.o1.we.jsonl")
+    result = run(LMC, "compare", log, log, env={**os.environ, "PYTHONIOENCODING": "ascii"})
+    assert result.returncode == 0 and b"\\u0394 +0.0000" in result.stdout, result.stderr
+
+
+def test_an_empty_word_list_or_training_corpus_is_said_to_be_empty(tmp_path):
+    """QA: `wr /dev/null` ran with no word and no warning; `lmc-ngram train /dev/null` said
+    'no word occurs at least 1 times'."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("in the beginning\n")
+    result = run(LMC, "run", toy_model_command(), "wr", os.devnull, str(corpus))
+    assert result.returncode == 0 and len(result.stdout.splitlines()) == 3
+    assert result.stderr.decode() == (f"WARNING\t{os.devnull}: it holds no word: the candidates "
+                                      "are the target and its typo only\n")
+    assert_error(run(str(BIN / "lmc-ngram"), "train", "-", "-o", str(tmp_path / "m.lm"), stdin=b"\n \n"),
+                 "the training corpus holds no word (it is empty, or blank lines)", prog="lmc-ngram")

@@ -535,9 +535,11 @@ def test_a_corpus_truncated_under_lmc_run_fails_it(tmp_path):
                                   "corpus; run again on a corpus that stays as it is\n")
 
 
-def test_closed_standard_streams_read_as_empty_and_discard_output(tmp_path):
+def test_closed_standard_streams_read_as_empty_and_output_to_them_fails(tmp_path):
     """`>&-` and `<&-` (a cron line, a daemon): Python leaves sys.stdout None, and every
-    command ended in an AttributeError traceback; lmc-dist did after committing its run."""
+    command ended in an AttributeError traceback; lmc-dist did after committing its run.
+    A command with output for a closed stdout fails as cat does (QA: `lmc stats LOG >&-`
+    exited 0, its statistics gone); one that writes files only runs."""
     import shlex
 
     corpus = tmp_path / "corpus.txt"
@@ -546,12 +548,15 @@ def test_closed_standard_streams_read_as_empty_and_discard_output(tmp_path):
     dist = shlex.quote(str(Path(lmc_command()[0]).with_name("lmc-dist")))
     model = shlex.quote(toy_model_command())
     output = tmp_path / "log.jsonl"
-    for line in (f"{lmc} run {model} we {corpus} --output {output} >&-",
-                 f"{lmc} stats {output} >&-",
-                 f"{lmc} run {model} we - <&- >&-",
-                 f"{dist} run {model} we --input {corpus} --run-dir {tmp_path / 'run'} >&-"):
+    closed = "error: cannot write the output: standard output is closed\n"
+    for line, code in ((f"{lmc} run {model} we {corpus} --output {output} >&-", 0),
+                       (f"{lmc} stats {output} >&-", 2),
+                       (f"{lmc} run {model} we - <&- >&-", 0),   # nothing read, nothing to write
+                       (f"{lmc} run {model} we {corpus} >&-", 2),
+                       (f"{dist} run {model} we --input {corpus} --run-dir {tmp_path / 'run'} >&-", 2)):
         result = subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=300)
-        assert result.returncode == 0 and "Traceback" not in result.stderr, (line, result.stderr)
+        assert result.returncode == code and "Traceback" not in result.stderr, (line, result.stderr)
+        assert result.stderr.endswith(closed) == bool(code), (line, result.stderr)
     assert len(output.read_text().splitlines()) == 3
     assert json.loads((tmp_path / "run" / "_stats.json").read_text())["entropy"]["hit"] == 1.0
     empty = subprocess.run(["sh", "-c", f"{lmc} run {model} we - <&-"], capture_output=True,

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import click
 
-from lmchallenge.cli.options import FiniteFloatRange
+from lmchallenge.cli.options import FiniteFloatRange, count
 from lmchallenge.games.typos import DEFAULT_ERROR_CHARS, DEFAULT_P_ANYKEY
 
 
@@ -20,7 +20,7 @@ def wr_options(function: Callable) -> Callable:
         click.option("-r", "--seed", default=42, show_default=True,
                      help="Seed of the corruption (with user and message number)."),
         click.option("-n", "--num-candidates", default=100, show_default=True,
-                     type=click.IntRange(0), help="Most candidates per word."),
+                     type=count(), help="Most candidates per word."),
         click.option("--error-chars", default=DEFAULT_ERROR_CHARS, show_default=True,
                      callback=_not_empty,
                      help="Characters a corrupted character is replaced by."),
@@ -34,8 +34,15 @@ def wr_options(function: Callable) -> Callable:
 
 
 def _not_empty(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``--error-chars`` checked: at least one character, none of them whitespace or a
+    control character (QA: a TAB was accepted, and typed words holding it went to the model,
+    whose protocol separates candidates by TAB and requests by line)."""
     if not value:
         raise click.BadParameter("must name at least one character")
+    bad = sorted({ch for ch in value if ch.isspace() or not ch.isprintable()})
+    if bad:
+        raise click.BadParameter(f"must not hold whitespace or control characters (a typed "
+                                 f"word is one token): {''.join(bad)!r}")
     return value
 
 

@@ -28,7 +28,7 @@ import click
 
 from lmchallenge import tuning
 from lmchallenge.corpus import whole_line_blocks
-from lmchallenge.cli.options import run_command
+from lmchallenge.cli.options import count, run_command
 from lmchallenge.errors import LmcError
 from lmchallenge.model.neural import REFUSED_GAMES, install_hint, missing_modules
 from lmchallenge.model.serve import refused_game
@@ -42,6 +42,9 @@ BATCH_CANDIDATES = 1024
 """Most candidates in the scoring queries of one ``predict_batch`` call (then written and
 flushed): ``wr`` queries with 100 candidates each share no passes, so a few at a time keep
 the answers flowing within the client's ``--timeout``."""
+
+MAX_THREADS = 1024
+"""The most ``--threads`` (QA: torch crashed, a segmentation fault, at 100,000)."""
 
 
 def serve_batched(model, source: IO[bytes], sink: IO[bytes], errors: IO[str]) -> None:
@@ -129,24 +132,24 @@ def needs_the_extra(command: Callable[..., None]) -> Callable[..., None]:
               help="Weights and activations: auto is float32 on CPU, bfloat16 on CUDA (on a "
                    "CPU with AVX512-BF16 or AMX, bfloat16 is 2-3x faster; without them it is "
                    "emulated, several times slower, and a warning says so).")
-@click.option("--batch-size", type=click.IntRange(min=1), default=BATCH_SIZE,
+@click.option("--batch-size", type=count(1), default=BATCH_SIZE,
               show_default=True,
               help="Sequences per forward pass (every pass has this many rows; answers "
                    "depend on it only through rounding). The server answers 64 x N scoring "
                    "queries a call, from the requests the client has sent: its default "
                    "--window 256 fills 4 rows; give it --window 128 x N for more (on a GPU: "
                    "--batch-size 16 --window 2048).")
-@click.option("--chunk", type=click.IntRange(min=1), default=CHUNK, show_default=True,
+@click.option("--chunk", type=count(1), default=CHUNK, show_default=True,
               help="Tokens per forward-pass row.")
-@click.option("--top", type=click.IntRange(min=0), default=20, show_default=True,
+@click.option("--top", type=count(0), default=20, show_default=True,
               help="Words returned for a query without candidates (wc counts up to 20).")
-@click.option("--max-expansions", type=click.IntRange(min=2), default=64, show_default=True,
+@click.option("--max-expansions", type=count(2), default=64, show_default=True,
               help="Token paths the completion search may expand per wc query (the first is "
                    "the context itself: 2 finds one word).")
-@click.option("--search-width", type=click.IntRange(min=1), default=SEARCH_WIDTH,
+@click.option("--search-width", type=count(1), default=SEARCH_WIDTH,
               show_default=True,
               help="Token paths the completion search expands together, in one forward pass.")
-@click.option("--threads", type=click.IntRange(min=1), default=None,
+@click.option("--threads", type=count(1, MAX_THREADS), default=None,
               help="CPU threads of torch [default: one per core].")
 @click.option("--start-token", default=None,
               help="The token every text starts with [default: the tokenizer's BOS, else EOS].")

@@ -14,7 +14,7 @@ import time
 
 import click
 
-from lmchallenge.cli.options import FiniteFloatRange, run_command
+from lmchallenge.cli.options import FiniteFloatRange, count, run_command
 from lmchallenge.errors import InputError, LmcError
 from lmchallenge.logs.files import check_writable, written_in_place
 from lmchallenge.model import ngram
@@ -39,7 +39,7 @@ def cli() -> None:
               help=f"n-gram order [default: {DEFAULT_WORD_ORDER} for words, "
                    f"{DEFAULT_CHAR_ORDER} for --chars].")
 @click.option("--chars", is_flag=True, help="A character model (for the ce game).")
-@click.option("--min-count", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--min-count", type=count(1), default=1, show_default=True,
               help="Units seen fewer times are not in the vocabulary.")
 @click.option("-f", "--format", "fmt", type=click.Choice(["auto", "text", "json"]), default="auto",
               show_default=True,
@@ -72,7 +72,7 @@ def train(corpus: str, output: str, order: int | None, chars: bool, min_count: i
 
 @cli.command()
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
-@click.option("--top", type=click.IntRange(min=0), default=20, show_default=True,
+@click.option("--top", type=count(), default=20, show_default=True,
               help="Predictions returned when no candidates are given (the wc game "
                    "counts hits up to rank 20).")
 @click.option("--cache-weight", type=FiniteFloatRange(0, 1, max_open=True), default=0.05,

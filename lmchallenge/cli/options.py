@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import os
+import re
 import signal
 import stat
 import sys
@@ -67,6 +68,22 @@ class FiniteFloatRange(click.FloatRange):
         return number
 
 
+MAX_SECONDS = 1e9
+"""The longest ``--timeout``/``--start-timeout`` (about 31 years): longer waits overflow the
+system's clock arithmetic (QA: ``--timeout 1e10`` ended in an OverflowError)."""
+
+
+def count(low: int = 0, high: int = sys.maxsize) -> click.IntRange:
+    """The type of a count option: an integer from ``low`` to ``high`` (the largest index
+    Python takes by default: QA, ``-n 10**31`` ended in an OverflowError traceback)."""
+    return click.IntRange(low, high)
+
+
+def seconds() -> FiniteFloatRange:
+    """The type of a timeout option: seconds, more than 0, at most :data:`MAX_SECONDS`."""
+    return FiniteFloatRange(0, MAX_SECONDS, min_open=True)
+
+
 def model_options(value: Any) -> dict[str, Any]:
     """``-o/--options`` checked: a JSON object whose ``positional``, if given, is a list.
 
@@ -81,14 +98,22 @@ def model_options(value: Any) -> dict[str, Any]:
     return value
 
 
+MAX_FORMAT_DIGITS = 100
+"""The widest width and precision of ``-m/--float-format``."""
+
+
 def html_float_format(value: str) -> str:
     """``-m/--float-format`` of an HTML page: ``value`` if it is a format spec of a float
     (``.4g``).  An ANSI page shows no such numbers and takes any value, as LM Challenge 5.2
     does.
 
     Raises:
-        click.BadParameter: it is not.
+        click.BadParameter: it is not, or its width or precision is more than
+            :data:`MAX_FORMAT_DIGITS` (QA: ``.1000000000f`` made a 1 GB string of each number).
     """
+    if any(len(run) > 3 or int(run) > MAX_FORMAT_DIGITS for run in re.findall(r"\d+", value)):
+        raise click.BadParameter(f"{value!r}: a width or precision of at most {MAX_FORMAT_DIGITS}",
+                                 param_hint="'-m' / '--float-format'")
     try:
         format(-1.5, value)
     except (ValueError, TypeError) as e:
@@ -122,7 +147,7 @@ def page_options(shown_as: str, interval_help: str) -> Callable[[Callable], Call
                      help=interval_help),
         click.option("-m", "--float-format", default=".4g", show_default=True,
                      help="Python format of the numbers shown on the HTML page."),
-        click.option("--max-tokens", type=click.IntRange(0), default=PAGE_TOKENS, show_default=True,
+        click.option("--max-tokens", type=count(), default=PAGE_TOKENS, show_default=True,
                      help="Refuse an HTML page of more tokens (0: no limit): larger pages are "
                           "more than a browser opens."),
     ]
@@ -140,7 +165,7 @@ def window_option(command: Callable) -> Callable:
     run``; its default is :class:`lmchallenge.model.spec.PredictorSpec`'s, not imported here:
     every command imports this module, ``lmc stats`` too, which loads no model code)."""
     return click.option(
-        "--window", default=256, show_default=True, type=click.IntRange(1),
+        "--window", default=256, show_default=True, type=count(1),
         help="Predict requests in flight to a shell model (a batching model reads about half "
              "of them at a time).")(command)
 
@@ -150,8 +175,7 @@ def start_timeout_option(command: Callable) -> Callable:
     run``, ``lmc-dist run``; the default is :data:`lmchallenge.model.spec.START_TIMEOUT`,
     written here for the reason :func:`window_option` gives)."""
     return click.option(
-        "--start-timeout", default=600.0, show_default=True,
-        type=FiniteFloatRange(0, min_open=True),
+        "--start-timeout", default=600.0, show_default=True, type=seconds(),
         help="Seconds a shell model may take to give its first answer, while it starts "
              "(loading its weights), where more than --timeout.")(command)
 
@@ -251,6 +275,7 @@ def run_command(command: click.Command, argv: list[str] | None, prog: str,
     """
     args = sys.argv[1:] if argv is None else list(argv)
     _reopen_closed_streams()
+    _escape_what_stdout_cannot_encode()
     if threading.current_thread() is threading.main_thread():
         # left in place: the process exits after this (restored, a SIGTERM in between would
         # end in a traceback)
@@ -282,26 +307,39 @@ def run_command(command: click.Command, argv: list[str] | None, prog: str,
     except OSError as e:
         if e.filename is None and e.errno not in _WRITE_ERRORS:
             raise
-        if e.filename is None:      # standard output (a full disk, a quota)
+        if e.filename is None:      # standard output (a full disk, a quota; closed)
             _quiet_stdout()
-            _fail(prog, f"cannot write the output: {e.strerror}")
+            reason = "standard output is closed" if e.errno == errno.EBADF else e.strerror
+            _fail(prog, f"cannot write the output: {reason}")
         _fail(prog, f"{e.filename}: {e.strerror or e}")
 
 
 def _reopen_closed_streams() -> None:
-    """Open ``/dev/null`` on a standard descriptor the shell closed (``>&-``, ``<&-``), as
-    the C library's programs do at start: Python leaves ``sys.stdout`` None there (a
-    traceback at the first write: after an ``lmc-dist`` run had committed, its exit code
-    said it failed), and the next file or pipe opened would take the descriptor's number
-    (a model's pipe on descriptor 1).  Its output is then discarded; a closed input reads
-    as empty."""
-    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+    """Hold a standard descriptor the shell closed (``>&-``, ``<&-``) with ``/dev/null``:
+    Python leaves ``sys.stdout`` None there (a traceback at the first write), and the next
+    file or pipe opened would take the descriptor's number (a model's pipe on descriptor 1).
+    A closed input reads as empty and what goes to a closed stderr is discarded; standard
+    output is held read-only, so that a command with something to write there fails as
+    ``cat`` does (``cannot write the output: standard output is closed``, exit 2; QA:
+    ``lmc stats LOG >&-`` exited 0, its statistics gone) and one that writes only files
+    (``lmc run ... --output LOG``) runs."""
+    for fd, name, mode, flags in ((0, "stdin", "r", os.O_RDWR), (1, "stdout", "w", os.O_RDONLY),
+                                  (2, "stderr", "w", os.O_RDWR)):
         try:
             os.fstat(fd)
         except OSError:
-            os.open(os.devnull, os.O_RDWR)      # the lowest free descriptor: this one
+            os.open(os.devnull, flags)      # the lowest free descriptor: this one
         if getattr(sys, name) is None:
             setattr(sys, name, open(fd, mode, closefd=False))
+
+
+def _escape_what_stdout_cannot_encode() -> None:
+    """On a standard output of an encoding that is not UTF-8 (``PYTHONIOENCODING=ascii``;
+    the C locale without Python's UTF-8 mode), write what it cannot encode as backslash
+    escapes (QA: ``lmc compare``'s Δ ended in a UnicodeEncodeError traceback)."""
+    encoding = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+    if encoding not in ("utf8", "utf8sig") and hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")
 
 
 def raise_terminated(signum: int, frame: Any) -> None:
@@ -309,8 +347,9 @@ def raise_terminated(signum: int, frame: Any) -> None:
     raise Terminated()
 
 
-_WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS)
-"""What a write to a full or failing file system raises (no file name for standard output)."""
+_WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS, errno.EBADF)
+"""What a write to a full or failing file system, or to a closed standard output, raises (no
+file name for standard output)."""
 
 
 def _fail(prog: str, message: str) -> None:

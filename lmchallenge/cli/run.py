@@ -19,8 +19,8 @@ from lmchallenge.games.job import RunJob, execute
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.model.spec import PredictorSpec
 from lmchallenge.cli.game_options import wr_options
-from lmchallenge.cli.options import (FiniteFloatRange, JsonOption, model_options, set_verbosity,
-                                      start_timeout_option, window_option)
+from lmchallenge.cli.options import (JsonOption, model_options, set_verbosity,
+                                      seconds, start_timeout_option, window_option)
 from lmchallenge.cli.order import OptionsBeforePredictor
 
 
@@ -46,8 +46,7 @@ def run_options(function: Callable) -> Callable:
         click.option("--output", default="-", metavar="FILE",
                      help="Write the log here (.jsonl, .jsonl.gz or .parquet) instead of stdout;"
                           " the file appears only when the run completes."),
-        click.option("--timeout", default=60.0, show_default=True,
-                     type=FiniteFloatRange(0, min_open=True),
+        click.option("--timeout", default=60.0, show_default=True, type=seconds(),
                      help="Seconds a shell model may take to answer before it is killed "
                           "(a Python model, called in this process, cannot be: a call that "
                           "runs longer is warned about); its first answer: --start-timeout."),

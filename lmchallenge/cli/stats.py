@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from lmchallenge.cli.options import partial_option, set_verbosity, stdin_once
+from lmchallenge.cli.options import count, partial_option, set_verbosity, stdin_once
 from lmchallenge.cli.uncertainty import for_csv, stats_options, uncertain_rows, wanted
 from lmchallenge.logs import rundir
 from lmchallenge.stats.compute import state_of_log
@@ -31,7 +31,7 @@ never below it).
 -o text lists them with their units.""")
 @click.argument("log", nargs=-1)
 @click.option("-v", "--verbose", count=True, help="More detail on stderr.")
-@click.option("-n", "--lines", type=click.IntRange(0), help="Only the first N datums of each log.")
+@click.option("-n", "--lines", type=count(), help="Only the first N datums of each log.")
 @click.option("-o", "--output", type=click.Choice(sorted(OUTPUTS)), default="json",
               show_default=True,
               help="Output format: one JSON object per log, CSV (the union of the logs'"

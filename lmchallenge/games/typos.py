@@ -46,6 +46,9 @@ class ErrorModel:
             raise ValueError(f"p_anykey must be in (0, 1), got {self.p_anykey}")
         if not self.error_chars:
             raise ValueError("error_chars must not be empty")
+        if any(ch.isspace() or not ch.isprintable() for ch in self.error_chars):
+            raise ValueError(f"error_chars must not hold whitespace or control characters "
+                             f"(a typed word is one token): {self.error_chars!r}")
 
     def corrupt(self, word: str, rng: random.Random) -> str:
         """``word`` as typed by the sloppy typist, drawing from ``rng``."""
@@ -94,8 +97,11 @@ def read_vocabulary(path: str, warn: bool = False) -> list[str]:
 def unlike_a_word_list(words: list[str]) -> str | None:
     """Why ``words`` (a word list's lines) look like something else than a word list, if
     they do: a corpus given in its place (QA: ``wr CORPUS VOCAB`` swapped ran to the end,
-    the dictionary taken for the corpus and two JSON lines for the words)."""
-    if words and words[0].startswith("{") and words[0].rstrip().endswith("}"):
+    the dictionary taken for the corpus and two JSON lines for the words), or empty (QA:
+    ``wr /dev/null`` ran without a word)."""
+    if not words:
+        return "it holds no word: the candidates are the target and its typo only"
+    if words[0].startswith("{") and words[0].rstrip().endswith("}"):
         return ("its lines look like JSON, not one word each: is it a corpus? (wr takes the "
                 "word list first: wr VOCAB [CORPUS])")
     spaced = sum(1 for word in words if len(word.split()) > 1)

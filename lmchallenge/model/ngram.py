@@ -431,6 +431,8 @@ def train_tables(lines: Iterable[Sequence[str]], order: int = 3, unit: str = "wo
     lines = [list(line) for line in lines]
     raw = Counter(u for line in lines for u in line)
     vocab = [""] + sorted(u for u, c in raw.items() if c >= min_count and u)
+    if not any(raw):
+        raise LmcError(f"the training corpus holds no {unit} (it is empty, or blank lines)")
     if len(vocab) == 1:
         raise LmcError(f"no {unit} occurs at least {min_count} times in the training corpus")
     base = len(vocab)

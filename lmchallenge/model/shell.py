@@ -37,6 +37,9 @@ KEPT_QUERY_CHARS = 1024
 STOPPED_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM)
 """Exit codes of a program that ends on SIGINT or SIGTERM by itself (``lmc`` and its model
 commands: 130, 143): the model was stopped from outside, as by the signal."""
+LONGEST_WAIT = 86400.0
+"""The longest single wait for a model (a longer timeout is waited for in steps of this):
+waits of 1e10 s overflow the system's clock arithmetic (QA: an OverflowError)."""
 EXIT_CHECK_SECONDS = 0.5
 """How often a model finished (its input closed, its extra output awaited) is checked for
 having exited: a child it left running (``server &``) may hold its output open, and the end
@@ -318,10 +321,11 @@ class ShellModel(Model):
             elif now > deadline:  # a model trickling bytes is never silent, but late
                 raise self._failure(self._late(answered < len(sent), len(inbox)), in_flight())
             # waits of more than `timeout` (for the first answer) look in on the model every
-            # `timeout` seconds: one that exited is not waited for until --start-timeout
+            # `timeout` seconds: one that exited is not waited for until --start-timeout;
+            # a day at most (longer waits overflow the clock: a timeout of 1e10 s)
             readable, writable, _ = select.select([out_fd] if answered < len(sent) else [],
                                                   [in_fd] if outbox else [], [],
-                                                  min(deadline - now, self.timeout))
+                                                  min(deadline - now, self.timeout, LONGEST_WAIT))
             if not readable and not writable:
                 if self._proc.poll() is not None:   # it exited, and a process it started
                     raise self._ended(in_flight())  # holds its output: that is the cause
