@@ -610,8 +610,8 @@ def few_groups(table: GroupTable, metrics: Sequence[tuple[str, str, str]]) -> li
         n = carrying(sums)
         if 0 < n < FEW_GROUPS:
             counts.setdefault(n, []).append(key)
-        elif n >= FEW_GROUPS and effective_groups(sums) < FEW_GROUPS:
-            uneven.setdefault(f"{effective_groups(sums):.1f}", []).append(key)
+        elif n >= FEW_GROUPS and (effective := effective_groups(sums)) < FEW_GROUPS:
+            uneven.setdefault(f"{effective:.1f}", []).append(key)
     lines = []
     if 0 < groups < FEW_GROUPS:
         lines.append("only 1 user (or message) to resample: the bootstrap intervals are NaN "
