@@ -9,7 +9,7 @@ from collections.abc import Callable
 import click
 
 from lmchallenge.cli.options import FiniteFloatRange, count
-from lmchallenge.games.typos import DEFAULT_ERROR_CHARS, DEFAULT_P_ANYKEY
+from lmchallenge.games.typos import DEFAULT_ERROR_CHARS, DEFAULT_P_ANYKEY, unprintable
 
 
 def wr_options(function: Callable) -> Callable:
@@ -39,10 +39,10 @@ def _not_empty(ctx: click.Context, param: click.Parameter, value: str) -> str:
     whose protocol separates candidates by TAB and requests by line)."""
     if not value:
         raise click.BadParameter("must name at least one character")
-    bad = sorted({ch for ch in value if ch.isspace() or not ch.isprintable()})
+    bad = unprintable(value)
     if bad:
         raise click.BadParameter(f"must not hold whitespace or control characters (a typed "
-                                 f"word is one token): {''.join(bad)!r}")
+                                 f"word is one token): {bad!r}")
     return value
 
 

@@ -4,6 +4,7 @@ types, verbosity, and the one way a command's errors reach the user
 
 from __future__ import annotations
 
+import codecs
 import errno
 import functools
 import json
@@ -111,6 +112,7 @@ def html_float_format(value: str) -> str:
         click.BadParameter: it is not, or its width or precision is more than
             :data:`MAX_FORMAT_DIGITS` (QA: ``.1000000000f`` made a 1 GB string of each number).
     """
+    # (the length first: int() refuses a run of more than 4,300 digits)
     if any(len(run) > 3 or int(run) > MAX_FORMAT_DIGITS for run in re.findall(r"\d+", value)):
         raise click.BadParameter(f"{value!r}: a width or precision of at most {MAX_FORMAT_DIGITS}",
                                  param_hint="'-m' / '--float-format'")
@@ -337,8 +339,11 @@ def _escape_what_stdout_cannot_encode() -> None:
     """On a standard output of an encoding that is not UTF-8 (``PYTHONIOENCODING=ascii``;
     the C locale without Python's UTF-8 mode), write what it cannot encode as backslash
     escapes (QA: ``lmc compare``'s Δ ended in a UnicodeEncodeError traceback)."""
-    encoding = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", "")
-    if encoding not in ("utf8", "utf8sig") and hasattr(sys.stdout, "reconfigure"):
+    try:
+        utf8 = codecs.lookup(sys.stdout.encoding).name.startswith("utf-8")
+    except (AttributeError, TypeError, LookupError):    # not a text stream of a known codec
+        return
+    if not utf8 and hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(errors="backslashreplace")
 
 

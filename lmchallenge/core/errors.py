@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from lmchallenge.games.typos import DEFAULT_ERROR_CHARS, DEFAULT_P_ANYKEY, ErrorModel
+from lmchallenge.games.typos import DEFAULT_ERROR_CHARS, DEFAULT_P_ANYKEY, error_model_of
 
 __all__ = ["DEFAULT_CONFIG", "corrupt", "score"]
 
@@ -21,25 +21,15 @@ DEFAULT_CONFIG: dict[str, Any] = {"p_anykey": DEFAULT_P_ANYKEY, "error_chars": D
 ASCII letters and "_-#@"}`` (a copy is what to change: ``dict(DEFAULT_CONFIG, p_anykey=0.05)``)."""
 
 
-def _model(config: dict[str, Any]) -> ErrorModel:
-    """The :class:`ErrorModel` of a 5.x-style ``config`` (keys it lacks take the defaults).
-
-    Raises:
-        ValueError: ``p_anykey`` not in (0, 1), or ``error_chars`` empty.
-    """
-    return ErrorModel(p_anykey=float(config.get("p_anykey", DEFAULT_P_ANYKEY)),
-                      error_chars=str(config.get("error_chars", DEFAULT_ERROR_CHARS)))
-
-
 def corrupt(config: dict[str, Any], word: str, rand: random.Random | Any = random) -> str:
     """``word`` as the typo model of ``config`` types it, drawing from ``rand`` (a
     ``random.Random``, or the ``random`` module); a string of the same length.  The draws
     are not 5.x's: the same seed gives other typos (docs/formats.md, "wr").
 
     Raises:
-        ValueError: a ``config`` out of range (see :func:`_model`).
+        ValueError: a ``config`` out of range (see :func:`lmchallenge.games.typos.error_model_of`).
     """
-    return _model(config).corrupt(word, rand)
+    return error_model_of(config).corrupt(word, rand)
 
 
 def score(config: dict[str, Any], input_word: str, word: str) -> float:
@@ -48,6 +38,6 @@ def score(config: dict[str, Any], input_word: str, word: str) -> float:
     the ``n`` characters kept (the words have the same length; 5.x's formula, to the last digit).
 
     Raises:
-        ValueError: a ``config`` out of range (see :func:`_model`).
+        ValueError: a ``config`` out of range (see :func:`lmchallenge.games.typos.error_model_of`).
     """
-    return _model(config).score(input_word, word)
+    return error_model_of(config).score(input_word, word)

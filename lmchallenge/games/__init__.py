@@ -7,20 +7,17 @@ Each takes a model (any object with ``predict``/``train``/``clear``, see
 
 from __future__ import annotations
 
-import dataclasses
-import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from lmchallenge.corpus import messages_from_data
-from lmchallenge.games.typos import ErrorModel
+from lmchallenge.games.typos import ErrorModel, error_model_of
 from lmchallenge.games.entropy import Entropy
 from lmchallenge.games.runner import Game, run_game
 from lmchallenge.games.wc import WordCompletion
 from lmchallenge.games.wr import WordReranking
 
 Log = Iterator[dict[str, Any]]
-LOG = logging.getLogger(__name__)
 
 
 def wc(model: Any, data: Iterable[Any], train: bool = False, next_word_only: bool = False) -> Log:
@@ -51,19 +48,10 @@ def wr(model: Any, data: Iterable[Any], vocab: Iterable[str], train: bool = Fals
     """
     from lmchallenge.games.candidates import CandidateSearch  # imports NumPy: only for wr
     if isinstance(error_config, dict):
-        error_config = _error_model(error_config)
+        error_config = error_model_of(error_config)
     game = WordReranking(CandidateSearch(vocab), seed=seed, num_candidates=num_candidates,
                          error_model=error_config or ErrorModel())
     return run_game(game, model, messages_from_data(data), train)
-
-
-def _error_model(config: dict[str, Any]) -> ErrorModel:
-    known = {f.name for f in dataclasses.fields(ErrorModel)}
-    ignored = sorted(set(config) - known, key=str)
-    if ignored:     # QA: a TypeError naming ErrorModel.__init__ for a key 5.x ignored
-        LOG.warning("wr: error_config keys ignored: %s (it takes p_anykey and error_chars)",
-                    ", ".join(map(repr, ignored)))
-    return ErrorModel(**{key: value for key, value in config.items() if key in known})
 
 
 __all__ = ["wc", "we", "ce", "wr", "Game", "run_game", "WordCompletion", "Entropy",

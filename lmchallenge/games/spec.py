@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lmchallenge.logs.schema import GAMES
-from lmchallenge.games.typos import ErrorModel, read_vocabulary
+from lmchallenge.games.typos import error_model_of, read_vocabulary
 from lmchallenge.games.entropy import Entropy
 from lmchallenge.games.runner import Game
 from lmchallenge.games.wc import WordCompletion
@@ -40,8 +40,7 @@ class GameSpec:
         if self.name in ("we", "ce"):
             return Entropy(characters=self.name == "ce")
         from lmchallenge.games.candidates import CandidateSearch  # imports NumPy: only for wr
-        error_model = ErrorModel(p_anykey=float(o.get("p_anykey", ErrorModel.p_anykey)),
-                                 error_chars=str(o.get("error_chars", ErrorModel.error_chars)))
+        error_model = error_model_of({key: o[key] for key in ("p_anykey", "error_chars") if key in o})
         return WordReranking(CandidateSearch(read_vocabulary(o["vocab"], warn=warn)),
                              seed=int(o.get("seed", 42)),
                              num_candidates=int(o.get("num_candidates", 100)),

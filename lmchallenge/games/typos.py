@@ -21,7 +21,8 @@ import logging
 import math
 import random
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 LOG = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ class ErrorModel:
             raise ValueError(f"p_anykey must be in (0, 1), got {self.p_anykey}")
         if not self.error_chars:
             raise ValueError("error_chars must not be empty")
-        if any(ch.isspace() or not ch.isprintable() for ch in self.error_chars):
+        if unprintable(self.error_chars):
             raise ValueError(f"error_chars must not hold whitespace or control characters "
                              f"(a typed word is one token): {self.error_chars!r}")
 
@@ -61,6 +62,30 @@ class ErrorModel:
         kept = sum(a == b for a, b in zip(typed, word))
         # log(1 - p), not log1p(-p): the scores LM Challenge 5.2 logs, to the last digit
         return kept * math.log(1 - self.p_anykey) + (len(word) - kept) * math.log(self.p_anykey)
+
+
+def unprintable(chars: str) -> str:
+    """The characters of ``chars`` that a typo may not be (whitespace, control characters:
+    a typed word is one token, and the model protocol separates candidates by TAB and
+    requests by line), sorted, once each; empty when there are none."""
+    return "".join(sorted({ch for ch in chars if ch.isspace() or not ch.isprintable()}))
+
+
+def error_model_of(config: dict[str, Any]) -> ErrorModel:
+    """The :class:`ErrorModel` of a 5.x-style ``error_config`` dict (``p_anykey``,
+    ``error_chars``; a key it lacks takes the default; other keys are ignored with a
+    warning, as LM Challenge 5.x ignored them silently: QA, a TypeError naming
+    ``ErrorModel.__init__``).
+
+    Raises:
+        ValueError: ``p_anykey`` not in (0, 1), or ``error_chars`` empty or not printable.
+    """
+    known = {f.name for f in fields(ErrorModel)}
+    ignored = sorted(set(config) - known, key=str)
+    if ignored:
+        LOG.warning("wr: error_config keys ignored: %s (it takes p_anykey and error_chars)",
+                    ", ".join(map(repr, ignored)))
+    return ErrorModel(**{key: value for key, value in config.items() if key in known})
 
 
 def message_rng(seed: int, user: str | int | None, message: int) -> random.Random:

@@ -619,16 +619,18 @@ def few_groups(table: GroupTable, metrics: Sequence[tuple[str, str, str]]) -> li
                      f"only {groups} users (or messages) to resample: the bootstrap intervals are rough")
         counts.pop(groups, None)            # said by that line ("only 5 of 5 users": QA)
     for n, keys in sorted(counts.items()):
-        which = "its bootstrap interval is" if len(keys) == 1 else "their bootstrap intervals are"
         lines.append(f"only {n} of {groups} users (or messages) have data for {', '.join(keys)}: "
-                     + (f"{which} NaN (every resample's figure would be that one's)" if n == 1
-                        else f"{which} rough"))
+                     + _intervals_of(keys) + (" NaN (every resample's figure would be that "
+                                              "one's)" if n == 1 else " rough"))
     for effective, keys in sorted(uneven.items(), key=lambda item: float(item[0])):
-        which = "its bootstrap interval is" if len(keys) == 1 else "their bootstrap intervals are"
         lines.append(f"a few of the {groups} users (or messages) hold most of the data for "
                      f"{', '.join(keys)}, as much as {effective} of equal size would (Kish's "
-                     f"effective sample size): {which} rough")
+                     f"effective sample size): {_intervals_of(keys)} rough")
     return lines
+
+
+def _intervals_of(keys: Sequence[str]) -> str:
+    return "its bootstrap interval is" if len(keys) == 1 else "their bootstrap intervals are"
 
 
 def few_resamples(settings: Settings) -> str | None:
