@@ -3,7 +3,7 @@
     lmc-neural skeleton models/SmolLM2-135M-Instruct.Q4_1.gguf smol-skeleton   # 3.5 MB
     python benchmarks/neural_dist.py --model smol-skeleton --random-weights --device cuda \\
         [--lines 100000] [--base-lines 2000] [--workers 16] [--dtype auto] [--batch-size 1[,16..]]
-        [--chunk 32[,128..]] [--wheels DIR]
+        [--chunk 32[,128..]] [--shared] [--wheels DIR]
 
 Corpus: ``--lines`` lines of the shipped KJV text (cycled, as ``benchmarks/scaling.py``
 builds it).  Model: ``lmc-neural serve MODEL`` with the options given, one process per
@@ -17,6 +17,11 @@ baseline's lines are from ``lmc run``'s (equal on a CPU; on a GPU the rows batch
 change the kernels' sums, by about float32's or bfloat16's rounding).  Issue 13's target: >= 50,000 words/s on >= 100k lines on the
 device machine (one H100, 16 cores).
 
+``--shared``: the ``lmc-dist`` runs use one model process for all workers (``lmc-neural
+serve --listen SOCKET``, started before and stopped after each run, its load not timed;
+the workers' model command ``lmc-neural connect SOCKET``): every worker's queries share
+its passes, instead of a process per worker taking turns on the GPU.
+
 ``--random-weights``: the architecture and tokenizer of ``--model`` (a ``lmc-neural
 skeleton`` directory will do) with random weights: the speed of the real model.
 ``--wheels DIR``: as for ``benchmarks/scaling.py`` (the device machine; carry the skeleton).
@@ -25,6 +30,7 @@ skeleton`` directory will do) with random weights: the speed of the real model.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -72,6 +78,8 @@ def main() -> None:
     parser.add_argument("--base-lines", type=int, default=2_000)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--wheels", type=Path, default=None, metavar="DIR")
+    parser.add_argument("--shared", action="store_true",
+                        help="lmc-dist's workers share one model process (lmc-neural connect)")
     args = parser.parse_args()
     if args.wheels is not None:
         reexec_with_wheels(args.wheels)
@@ -92,8 +100,13 @@ def main() -> None:
               f"s: {base_rate:,.0f} words/s (model load included)", flush=True)
         for batch, chunk in configs:
             model, window = _model(bin_dir, args, batch, chunk)
-            _dist_run(bin_dir, args, model, window, corpus, work / f"run-{batch}-{chunk}",
-                      base_log, base_rate)
+            if not args.shared:
+                _dist_run(bin_dir, args, model, window, corpus, work / f"run-{batch}-{chunk}",
+                          base_log, base_rate)
+                continue
+            with _shared_server(bin_dir, model, work / "model.sock") as connect:
+                _dist_run(bin_dir, args, connect, window, corpus, work / f"run-{batch}-{chunk}",
+                          base_log, base_rate, label=f"{model} --listen (shared)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -112,8 +125,27 @@ def _model(bin_dir: Path, args: argparse.Namespace, batch: int, chunk: int) -> t
     return model, str(max(256, 128 * batch))
 
 
+@contextlib.contextmanager
+def _shared_server(bin_dir: Path, model: str, sock: Path):
+    """Run ``model --listen sock`` while the block runs; yield the workers' model command."""
+    server = subprocess.Popen(shlex.split(model) + ["--listen", str(sock)],
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        for line in server.stderr:      # until it has loaded the model and listens
+            if line.startswith("lmc-neural: serving"):
+                break
+        else:
+            sys.exit(f"the shared server did not start (exit {server.wait()})")
+        threading.Thread(target=server.stderr.read, daemon=True).start()   # keep it drained
+        yield shlex.join([str(bin_dir / "lmc-neural"), "connect", str(sock)])
+    finally:
+        server.terminate()
+        server.wait(60)
+
+
 def _dist_run(bin_dir: Path, args: argparse.Namespace, model: str, window: str, corpus: Path,
-              run_dir: Path, base_log: list[dict], base_rate: float) -> None:
+              run_dir: Path, base_log: list[dict], base_rate: float,
+              label: str | None = None) -> None:
     """One ``lmc-dist run``: its words/s, the GPU's busy share, its scores against lmc run's."""
     samples: list[float] = []
     stop = threading.Event()
@@ -127,7 +159,7 @@ def _dist_run(bin_dir: Path, args: argparse.Namespace, model: str, window: str, 
     manifest = json.loads((run_dir / "_manifest.json").read_text())
     words = sum(p.get("rows") or 0 for p in manifest["partitions"])
     rate = words / dist_s
-    print(f"lmc-dist --workers {args.workers}, {args.lines} lines, {model}: {words} words in "
+    print(f"lmc-dist --workers {args.workers}, {args.lines} lines, {label or model}: {words} words in "
           f"{dist_s:.1f} s: {rate:,.0f} words/s ({len(manifest['partitions'])} partitions); "
           f"{rate / base_rate:.1f}x lmc run", flush=True)
     if samples:

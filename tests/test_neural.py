@@ -9,6 +9,7 @@ import math
 import os
 import re
 import shutil
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -1242,3 +1243,36 @@ def test_kth_largest_is_a_full_partitions_answer():
                        rng.integers(0, 3, size).astype(np.float32),  # ties at the cut
                        np.zeros(size, dtype=np.float32)):
             assert kth_largest(values, k) == np.sort(values)[size - k]
+
+
+def test_one_shared_server_answers_lmc_run_and_lmc_dist_workers(model_dir, corpus, tmp_path):
+    """``lmc-neural serve --listen``: one model process; ``lmc run`` and two ``lmc-dist``
+    workers through ``lmc-neural connect`` give ``lmc-neural serve``'s own log (a CPU:
+    the same bits however the queries share passes); SIGTERM stops it, its socket removed."""
+    expected = lmc("run", serve_command(model_dir), "we", str(corpus)).stdout
+    sock = tmp_path / "smol.sock"
+    server = subprocess.Popen([*shlex.split(serve_command(model_dir)), "--listen", str(sock)],
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        line = server.stderr.readline()
+        for _ in range(20):     # (after transformers' progress bar, its CRs read as LFs)
+            if line.startswith("lmc-neural") or not line:
+                break
+            line = server.stderr.readline()
+        assert line == (
+            f"lmc-neural: serving {model_dir} at {sock} (model command: lmc-neural connect "
+            f"{sock}); Ctrl-C stops it\n")
+        connect = f"{BIN / 'lmc-neural'} connect {sock}"
+        assert lmc("run", connect, "we", str(corpus)).stdout == expected
+        result = subprocess.run([str(BIN / "lmc-dist"), "run", connect, "we", "--input",
+                                 str(corpus), "--run-dir", str(tmp_path / "run"), "--workers",
+                                 "2", "--partition-chars", "200", "--output",
+                                 str(tmp_path / "all.jsonl")], capture_output=True, timeout=600)
+        assert result.returncode == 0, result.stderr.decode()
+        assert (tmp_path / "all.jsonl").read_bytes() == expected
+        assert len(list((tmp_path / "run").glob("part-*"))) >= 2
+    finally:
+        server.terminate()
+        assert server.wait(60) == 143
+    assert server.stderr.read() == "lmc-neural: terminated\n"
+    assert not sock.exists()

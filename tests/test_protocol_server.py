@@ -327,7 +327,7 @@ def kjv_test_lines() -> list[str]:
 def test_lmc_neural_serve_groups_queries_by_the_models_batch_and_a_candidate_budget():
     """lmc-neural's server: up to predict_batch_size scoring queries a call, at most
     BATCH_CANDIDATES candidates in all (a bigger query alone), and a completion alone."""
-    from lmchallenge.cli.neural import BATCH_CANDIDATES, serve_batched
+    from lmchallenge.model.batched import BATCH_CANDIDATES, serve_batched
 
     class Sizes:
         predict_batch_size = 3

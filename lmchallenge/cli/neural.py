@@ -5,6 +5,8 @@ Examples::
     lmc run "lmc-neural serve models/SmolLM2-135M-Instruct.Q4_1.gguf" we data/kjv/test.sample.txt
     lmc run --window 2048 "lmc-neural serve ./my-model --device cuda --batch-size 16" we data.txt
     lmc-neural unpack models/SmolLM2-135M-Instruct.Q4_1.gguf models/smollm2  # starts faster
+    lmc-neural serve models/smollm2 --device cuda --listen /tmp/smol.sock &   # one for all:
+    lmc-dist run "lmc-neural connect /tmp/smol.sock" we --input data.txt --run-dir runs/smol
 
 The server reads what requests have arrived, answers the ``predict`` lines among them in
 batched calls (up to the model's ``predict_batch_size`` scoring queries with at most
@@ -13,13 +15,17 @@ batched calls (up to the model's ``predict_batch_size`` scoring queries with at 
 and the lines of a call, share their forward passes), and writes the answers in one go.
 ``train`` and ``clear`` are read and ignored (the model does not adapt).  A refused query (a
 ``ce`` character query) stops the server with the reason on stderr and exit code 2, so the
-client reports it instead of logging empty answers.
+client reports it instead of logging empty answers.  With ``--listen`` one server answers
+every client that connects, their queries sharing its calls
+(:mod:`lmchallenge.model.shared`; ``connect`` is the clients' model command).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import socket
 import sys
 from collections.abc import Callable
 from typing import IO, Any
@@ -27,79 +33,19 @@ from typing import IO, Any
 import click
 
 from lmchallenge import tuning
-from lmchallenge.corpus import whole_line_blocks
-from lmchallenge.cli.options import count, run_command
+from lmchallenge.cli.options import count, run_command, seconds
 from lmchallenge.errors import LmcError
 from lmchallenge.model.neural import REFUSED_GAMES, install_hint, missing_modules
+from lmchallenge.model import shared
+from lmchallenge.model.batched import BATCH_CANDIDATES, serve_batched
 from lmchallenge.model.serve import refused_game
 from lmchallenge.model.spec import started
-from lmchallenge.model.wire import format_answer, parse_request
 
 CHUNK = 32  # as lmchallenge.model.neural.adapter.CHUNK (not imported here: it imports torch)
 SEARCH_WIDTH = 16  # as lmchallenge.model.neural.adapter.SEARCH_WIDTH (the same reason)
 BATCH_SIZE = 4  # as lmchallenge.model.neural.adapter.BATCH_SIZE (the same reason)
-BATCH_CANDIDATES = 1024
-"""Most candidates in the scoring queries of one ``predict_batch`` call (then written and
-flushed): ``wr`` queries with 100 candidates each share no passes, so a few at a time keep
-the answers flowing within the client's ``--timeout``."""
-
 MAX_THREADS = 1024
 """The most ``--threads`` (QA: torch crashed, a segmentation fault, at 100,000)."""
-
-
-def serve_batched(model, source: IO[bytes], sink: IO[bytes], errors: IO[str]) -> None:
-    """Answer the protocol on binary streams for ``model`` (a
-    :class:`~lmchallenge.model.neural.adapter.CausalLM`, or any object with
-    ``predict_batch`` and ``predict_batch_size``), in ``predict_batch`` calls of
-    :func:`_groups` of each block of requests.
-
-    Raises:
-        LmcError: a request the model refuses (the block it came in gets no answers).
-    """
-    read = getattr(source, "read1", None) or source.read
-    for block in whole_line_blocks(read):
-        queries = []
-        for raw in block.split(b"\n"):
-            if not raw:
-                continue
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                errors.write(f"lmc-neural: request is not valid UTF-8 (byte {e.start}): "
-                             f"{raw[:80]!r}\n")
-                if raw.split(b"\t", 1)[0] == b"predict":
-                    queries.append(None)
-                continue
-            command, text, candidates = parse_request(line)
-            if command == "predict":
-                queries.append((text, candidates))
-            elif command not in ("train", "clear"):
-                errors.write(f"lmc-neural: unknown command {command[:80]!r}\n")
-        for group in _groups(queries, model.predict_batch_size):
-            valid = [q for q in group if q is not None]
-            answers = iter(model.predict_batch(valid) if valid else [])
-            sink.write("".join(format_answer(next(answers)) if q is not None else "\n"
-                               for q in group).encode("utf-8"))
-            sink.flush()
-
-
-def _groups(queries: list, most: int, candidates: int = BATCH_CANDIDATES) -> list[list]:
-    """Consecutive queries answered together: up to ``most`` scoring queries with up to
-    ``candidates`` candidates in all (a query with more alone), or one completion query (a
-    search of many passes), so answers flow back steadily."""
-    groups: list[list] = []
-    count = 0
-    for query in queries:
-        searching = query is not None and query[1] is None
-        size = len(query[1]) if query is not None and query[1] is not None else 0
-        if (not groups or searching or len(groups[-1]) >= most or count + size > candidates
-                or (groups[-1][0] is not None and groups[-1][0][1] is None)):
-            groups.append([query])
-            count = size
-        else:
-            groups[-1].append(query)
-            count += size
-    return groups
 
 
 @click.group()
@@ -156,21 +102,58 @@ def needs_the_extra(command: Callable[..., None]) -> Callable[..., None]:
 @click.option("--random-weights", is_flag=True,
               help="MODEL's architecture and tokenizer with random weights (a directory "
                    "from `lmc-neural skeleton` will do): for speed measurements only.")
+@click.option("--listen", metavar="ADDRESS", default=None,
+              help="Serve any number of clients at ADDRESS (a Unix socket's path, or "
+                   "HOST:PORT) instead of stdin/stdout, until stopped (Ctrl-C, SIGTERM): one "
+                   "copy of the model for many lmc-dist workers, whose model command is "
+                   "`lmc-neural connect ADDRESS`; their queries share the passes. No "
+                   "authentication: a Unix socket or a trusted network only.")
 @needs_the_extra
 def serve(model: str, device: str, dtype: str, batch_size: int, chunk: int, top: int,
           max_expansions: int, threads: int | None, start_token: str | None,
-          random_weights: bool, search_width: int) -> None:
-    """Answer predict/train/clear requests on stdin/stdout (LM Challenge model protocol)."""
+          random_weights: bool, search_width: int, listen: str | None) -> None:
+    """Answer predict/train/clear requests on stdin/stdout (LM Challenge model protocol),
+    or, with --listen, those of every client that connects."""
     why = refused_game(REFUSED_GAMES)     # before the model loads
     if why:
         raise LmcError(why)
-    tuning.lift_own_limits()  # before torch is imported: its threads are its own choice
-    from lmchallenge.model.neural.adapter import CausalLM
-    lm = started(model, CausalLM, dict(  # a failure in one line, as lmc run says it
-        model=model, device=device, dtype=dtype, batch_size=batch_size, chunk=chunk, top=top,
-        max_expansions=max_expansions, threads=threads, start_token=start_token,
-        random_weights=random_weights, search_width=search_width))
-    serve_batched(lm, sys.stdin.buffer, sys.stdout.buffer, sys.stderr)
+    address = shared.address_of(listen) if listen is not None else None
+    listener = shared.listen(address) if address is not None else None   # before the load
+    try:
+        tuning.lift_own_limits()  # before torch is imported: its threads are its own choice
+        from lmchallenge.model.neural.adapter import CausalLM
+        lm = started(model, CausalLM, dict(  # a failure in one line, as lmc run says it
+            model=model, device=device, dtype=dtype, batch_size=batch_size, chunk=chunk,
+            top=top, max_expansions=max_expansions, threads=threads, start_token=start_token,
+            random_weights=random_weights, search_width=search_width))
+        if listener is None:
+            serve_batched(lm, sys.stdin.buffer, sys.stdout.buffer, sys.stderr)
+            return
+        sys.stderr.write(f"lmc-neural: serving {model} at {listen} (model command: "
+                         f"lmc-neural connect {listen}); Ctrl-C stops it\n")
+        sys.stderr.flush()
+        shared.serve_shared(lm, listener, sys.stderr)
+    finally:
+        if listener is not None:
+            listener.close()
+            if address is not None and address.family == socket.AF_UNIX:
+                with contextlib.suppress(OSError):
+                    os.remove(address.where)
+
+
+@cli.command()
+@click.argument("address")
+@click.option("--wait", type=seconds(), default=60.0, show_default=True,
+              help="Seconds to wait for a server that is not listening yet (still loading).")
+def connect(address: str, wait: float) -> None:
+    """The model command for a model served with `lmc-neural serve MODEL --listen ADDRESS`:
+    pass the protocol's requests on stdin to it and its answers to stdout (`lmc run
+    "lmc-neural connect ADDRESS" we ...`, or as lmc-dist's model, every worker sharing the
+    one server). Needs no torch: only the server loads the model."""
+    why = refused_game(REFUSED_GAMES)
+    if why:
+        raise LmcError(why)
+    shared.relay(shared.address_of(address), sys.stdin.buffer, sys.stdout.buffer, wait)
 
 
 @cli.command()

@@ -1,0 +1,308 @@
+"""One model process for many clients: the line protocol on a socket, their requests batched
+together.
+
+``lmc-neural serve MODEL --listen ADDRESS`` loads the model once and answers every client
+that connects (:func:`serve_shared`); ``lmc-neural connect ADDRESS`` is the model command
+that ``lmc run`` or each ``lmc-dist`` worker starts (:func:`relay`: its standard input to
+the server, the answers back).  The point is one copy of the model for many workers: on one
+GPU, one process whose forward passes hold the rows of every worker's queries, instead of a
+process (and a copy of the weights) per worker taking turns on the GPU.
+
+How requests are answered: each connection's reader thread cuts what has arrived into
+whole request lines (:func:`lmchallenge.model.batched.queries_of`) and queues them; the
+model's thread takes every block queued (from any connection), answers their ``predict``
+queries in ``predict_batch`` calls (:func:`lmchallenge.model.batched.groups` over the blocks
+in the order they arrived, so a call may hold queries of several clients), and sends each
+connection its answers, in its own order.  ``train`` and ``clear`` are ignored: a shared
+model does not adapt (one client's training would change another's answers).  A connection
+is closed once its requests have ended and been answered.  Answers depend on which queries
+share a pass only through rounding (the batched model's own property), so the logs of runs
+through a shared server can differ from ``lmc run``'s in the last bits on a GPU.
+
+Addresses: ``HOST:PORT`` (a port number after the last colon; ``[::1]:PORT`` for IPv6) is
+TCP, anything else the path of a Unix socket.  There is no authentication: listen on a Unix
+socket or on a loopback or trusted network only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import queue
+import re
+import socket
+import stat
+import threading
+import time
+from dataclasses import dataclass
+from typing import IO, Any
+
+from lmchallenge.corpus import whole_line_blocks
+from lmchallenge.errors import LmcError
+from lmchallenge.model.batched import Query, answer_lines, groups, queries_of
+
+_TCP = re.compile(r"^(?:\[(?P<v6>[^\]]*)\]|(?P<host>[^/\[\]]*)):(?P<port>[0-9]+)$")
+CONNECT_RETRY = 0.2
+"""Seconds between tries while :func:`relay` waits for a server that is not there yet."""
+
+
+@dataclass(frozen=True)
+class Address:
+    """Where a shared model listens: ``family`` is ``socket.AF_UNIX`` (``where`` a path) or
+    ``AF_INET``/``AF_INET6`` (``where`` a (host, port) pair); ``text`` as the user wrote
+    it."""
+    family: int
+    where: Any
+    text: str
+
+
+def address_of(text: str) -> Address:
+    """The :class:`Address` that ``text`` names (module docstring).
+
+    Raises:
+        LmcError: an empty address, or a port out of 1-65535.
+    """
+    if not text:
+        raise LmcError("the address is empty: give a Unix socket's path or HOST:PORT")
+    match = _TCP.match(text)
+    if match is None:
+        return Address(socket.AF_UNIX, text, text)
+    port = int(match["port"])
+    if not 1 <= port <= 65535:
+        raise LmcError(f"{text}: the port must be from 1 to 65535")
+    if match["v6"] is not None:
+        return Address(socket.AF_INET6, (match["v6"], port), text)
+    return Address(socket.AF_INET, (match["host"] or "localhost", port), text)
+
+
+def listen(address: Address) -> socket.socket:
+    """A socket listening at ``address``.  A Unix socket's path that a dead server left is
+    replaced; one where a server answers, or that is not a socket, is refused.
+
+    Raises:
+        LmcError: the address is in use or cannot be bound (the reason given).
+    """
+    if address.family == socket.AF_UNIX:
+        _clear_stale_socket(address)
+    sock = socket.socket(address.family, socket.SOCK_STREAM)
+    try:
+        if address.family != socket.AF_UNIX:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address.where)
+        sock.listen(socket.SOMAXCONN)
+    except (OSError, OverflowError) as e:
+        sock.close()
+        raise LmcError(f"cannot listen at {address.text}: {getattr(e, 'strerror', None) or e}") from None
+    return sock
+
+
+def _clear_stale_socket(address: Address) -> None:
+    try:
+        mode = os.stat(address.where).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise LmcError(f"cannot listen at {address.text}: {e.strerror}") from None
+    if not stat.S_ISSOCK(mode):
+        raise LmcError(f"cannot listen at {address.text}: it is a file, not a socket")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(address.where)
+        except OSError:     # nobody listens: a dead server's socket
+            os.remove(address.where)
+            return
+    raise LmcError(f"cannot listen at {address.text}: a server is listening there already")
+
+
+class _Client:
+    """One connection: its socket, and whether sending to it failed (it is then skipped)."""
+
+    def __init__(self, sock: socket.socket, number: int):
+        self.sock = sock
+        self.number = number
+        self.gone = False
+
+    def send(self, text: str, errors: IO[str], name: str) -> None:
+        if self.gone or not text:
+            return
+        try:
+            self.sock.sendall(text.encode("utf-8"))
+        except OSError as e:
+            self.gone = True
+            errors.write(f"{name}: client {self.number} is gone ({e.strerror or e}); its "
+                         "answers are dropped\n")
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+_Block = tuple[_Client, "list[Query] | None"]   # a connection's requests; None: it ended
+
+
+def serve_shared(model: Any, listener: socket.socket, errors: IO[str],
+                 stop: threading.Event | None = None, name: str = "lmc-neural") -> None:
+    """Answer every connection to ``listener`` with ``model`` (an object with
+    ``predict_batch`` and ``predict_batch_size``, as
+    :class:`~lmchallenge.model.neural.adapter.CausalLM`), batching the queries of all of
+    them, until ``stop`` is set (checked every 0.2 s) or the process is interrupted.
+    Diagnostics go to ``errors``, starting with ``name``.  The connections still open are
+    closed on the way out (their clients then fail, naming the server); ``listener`` is
+    left to the caller.
+
+    Raises:
+        Exception: what ``model.predict_batch`` raised (after a line on ``errors`` naming
+            the first query of the call).
+    """
+    blocks: queue.Queue[_Block] = queue.Queue()
+    clients: list[_Client] = []
+    threading.Thread(target=_accept, args=(listener, blocks, clients, errors, name),
+                     daemon=True, name="lmc-shared-accept").start()
+    stop = stop or threading.Event()
+    try:
+        while not stop.is_set():
+            try:
+                first = blocks.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            _answer(model, _drain(blocks, first), errors, name)
+    finally:
+        for client in list(clients):
+            client.close()
+
+
+def _accept(listener: socket.socket, blocks: queue.Queue, clients: list[_Client],
+            errors: IO[str], name: str) -> None:
+    number = 0
+    while True:
+        try:
+            sock, _ = listener.accept()
+        except OSError:     # the listener was closed: the server is stopping
+            return
+        number += 1
+        client = _Client(sock, number)
+        clients.append(client)
+        threading.Thread(target=_read, args=(client, blocks, errors, name), daemon=True,
+                         name=f"lmc-shared-client-{number}").start()
+
+
+def _read(client: _Client, blocks: queue.Queue, errors: IO[str], name: str) -> None:
+    """Queue ``client``'s requests block by block, then ``None`` when they end."""
+    try:
+        for block in whole_line_blocks(client.sock.recv):
+            blocks.put((client, queries_of(block, errors, name)))
+    except OSError:     # reset by the client: its requests have ended
+        pass
+    finally:
+        blocks.put((client, None))
+
+
+def _drain(blocks: queue.Queue, first: _Block) -> list[_Block]:
+    """``first`` and every block queued after it, in order."""
+    taken = [first]
+    with contextlib.suppress(queue.Empty):
+        while True:
+            taken.append(blocks.get_nowait())
+    return taken
+
+
+def _answer(model: Any, taken: list[_Block], errors: IO[str], name: str) -> None:
+    """Answer the queries of ``taken`` together, send each client its answers in its
+    order, then close the clients whose requests have ended."""
+    owners: list[_Client] = []
+    queries: list[Query] = []
+    for client, block in taken:
+        if block:
+            owners += [client] * len(block)
+            queries += block
+    done = 0
+    for group in groups(queries, model.predict_batch_size):
+        try:
+            lines = answer_lines(model, group)
+        except Exception as e:
+            errors.write(f"{name}: predict_batch failed on a call of {len(group)} "
+                         f"quer{'y' if len(group) == 1 else 'ies'}, the first "
+                         f"{group[0]!r:.200}: {type(e).__name__}: {e}\n")
+            raise
+        _send(owners[done:done + len(group)], lines, errors, name)
+        done += len(group)
+    for client, block in taken:
+        if block is None:
+            client.close()
+
+
+def _send(owners: list[_Client], lines: list[str], errors: IO[str], name: str) -> None:
+    by_client: dict[_Client, list[str]] = {}
+    for client, line in zip(owners, lines):
+        by_client.setdefault(client, []).append(line)
+    for client, mine in by_client.items():
+        client.send("".join(mine), errors, name)
+
+
+def relay(address: Address, source: IO[bytes], sink: IO[bytes], wait: float) -> None:
+    """Send what ``source`` (a binary stream: the model's standard input) holds to the
+    server at ``address``, and write its answers to ``sink`` (flushed as they come), until
+    the server has answered everything and closed the connection.  A server not there
+    (yet) is tried again every :data:`CONNECT_RETRY` seconds for up to ``wait`` seconds.
+
+    Raises:
+        LmcError: no server at ``address`` within ``wait`` seconds, or the server closed
+            the connection before every ``predict`` request sent had its answer line (it
+            stopped or failed: its own output says why).
+    """
+    sock = _connect(address, wait)
+    sent = [0]                  # predict requests sent, then answer lines received
+    ended = threading.Event()   # every request was sent (set before the server is told)
+
+    def upstream() -> None:
+        read = getattr(source, "read1", None) or source.read
+        with contextlib.suppress(OSError, ValueError):
+            for block in whole_line_blocks(read):
+                sent[0] += _predicts(block)
+                sock.sendall(block)
+            ended.set()
+            sock.shutdown(socket.SHUT_WR)
+
+    threading.Thread(target=upstream, daemon=True, name="lmc-relay-up").start()
+    answered = 0
+    try:
+        while data := sock.recv(1 << 16):
+            answered += data.count(b"\n")
+            sink.write(data)
+            sink.flush()
+    except ConnectionResetError:
+        pass
+    finally:
+        sock.close()
+    if not ended.is_set() or answered < sent[0]:
+        raise LmcError(f"the server at {address.text} closed the connection with "
+                       f"{answered:,} of {sent[0]:,}{'' if ended.is_set() else '+'} predict "
+                       "requests answered (it stopped or failed: its own output says why)")
+
+
+def _predicts(block: bytes) -> int:
+    """The ``predict`` requests among the lines of ``block`` (which starts a line)."""
+    lines = b"\n" + block
+    return lines.count(b"\npredict\t") + lines.count(b"\npredict\n")
+
+
+def _connect(address: Address, wait: float) -> socket.socket:
+    deadline = time.monotonic() + wait
+    while True:
+        sock = socket.socket(address.family, socket.SOCK_STREAM)
+        try:
+            sock.connect(address.where)
+            return sock
+        except OSError as e:
+            sock.close()
+            waiting = e.errno in (errno.ENOENT, errno.ECONNREFUSED)
+            if not waiting or time.monotonic() >= deadline:
+                raise LmcError(f"no server at {address.text}"
+                               + (f" after {wait:g} s" if waiting and wait else "")
+                               + f": {e.strerror or e} (start it with `lmc-neural serve "
+                               "MODEL --listen ADDRESS`)") from None
+        time.sleep(CONNECT_RETRY)
+
+
+__all__ = ["Address", "address_of", "listen", "serve_shared", "relay"]

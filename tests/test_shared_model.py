@@ -1,0 +1,242 @@
+"""One model process for many clients (lmchallenge/model/shared.py): ``lmc-neural serve
+--listen`` and ``lmc-neural connect``, here with the built-in n-gram behind the shared
+server (the neural model's own test is in tests/test_neural.py), over real Unix sockets,
+real relay processes and real ``lmc run`` / ``lmc-dist run`` clients."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import socket
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, DATA
+from lmchallenge.errors import LmcError
+from lmchallenge.model import shared
+from lmchallenge.model.ngram import NgramModel, save_tables, train_tables
+from lmchallenge.model.wire import format_answer
+
+
+def in_the(model_file: Path) -> bytes:
+    """The n-gram's answer to ``predict<TAB>In the `` as the protocol writes it."""
+    return format_answer(NgramModel(str(model_file)).predict("In the ", None)).encode()
+
+
+class Batched:
+    """The n-gram with ``predict_batch`` (what the shared server calls), recording the
+    number of queries of each call; ``fail_on`` a context makes the call raise."""
+
+    predict_batch_size = 8
+
+    def __init__(self, model: NgramModel, fail_on: str | None = None):
+        self.model, self.fail_on = model, fail_on
+        self.calls: list[int] = []
+
+    def predict_batch(self, queries):
+        self.calls.append(len(queries))
+        if any(context == self.fail_on for context, _ in queries):
+            raise RuntimeError("exploded")
+        return [self.model.predict(context, candidates) for context, candidates in queries]
+
+
+@pytest.fixture(scope="module")
+def lines() -> list[str]:
+    return (DATA / "kjv" / "test.sample.txt").read_text(encoding="utf-8").splitlines()[:40]
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory, lines) -> Path:
+    with gzip.open(DATA / "kjv" / "train.txt.gz", "rt", encoding="utf-8") as f:
+        train = [next(f) for _ in range(3000)]
+    path = tmp_path_factory.mktemp("model") / "kjv.lm"
+    save_tables(train_tables(train, order=3), path)
+    return path
+
+
+class Server:
+    """``serve_shared`` in a thread, listening at ``address``; stopped on exit."""
+
+    def __init__(self, model, address: str):
+        self.address = shared.address_of(address)
+        self.listener = shared.listen(self.address)
+        self.errors = io.StringIO()
+        self.stop = threading.Event()
+        self.failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._serve, args=(model,), daemon=True)
+        self.thread.start()
+
+    def _serve(self, model) -> None:
+        try:
+            shared.serve_shared(model, self.listener, self.errors, self.stop)
+        except BaseException as e:     # noqa: BLE001 - reported to the test
+            self.failure = e
+
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(10)
+        self.listener.close()
+
+
+def connect(address: str, *args: str) -> str:
+    return f"{BIN / 'lmc-neural'} connect {address} {' '.join(args)}".strip()
+
+
+def test_lmc_run_through_a_shared_server_equals_the_model_on_its_own_pipe(model_file, lines, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    sock = str(tmp_path / "kjv.sock")
+    expected = {game: subprocess.run([str(BIN / "lmc"), "run", f"{BIN / 'lmc-ngram'} serve "
+                                      f"{model_file}", game, str(corpus)], capture_output=True,
+                                     check=True).stdout for game in ("we", "wc")}
+    with Server(Batched(NgramModel(str(model_file))), sock) as server:
+        for game in ("we", "wc"):
+            run = subprocess.run([str(BIN / "lmc"), "run", connect(sock), game, str(corpus)],
+                                 capture_output=True, timeout=300)
+            assert run.returncode == 0, run.stderr.decode()
+            assert run.stdout == expected[game] and run.stdout.count(b"\n") > 300
+        assert server.failure is None and server.errors.getvalue() == ""
+
+
+def test_clients_at_once_get_their_own_answers_and_share_calls(model_file, lines, tmp_path):
+    """Three relays at once, each with its own requests (one with training and clearing,
+    which a shared model ignores): each gets the answers of its own queries in its order,
+    and the model's calls held queries of several of them."""
+    sock = str(tmp_path / "kjv.sock")
+    model = NgramModel(str(model_file))
+    requests = [[f"predict\t{line[:n]}\t{line[n:n + 4]}\tand\tthe\n" for line in lines[k::3]
+                 for n in (5, 12, 20)] for k in range(3)]
+    requests[1] = ["train\tsome text\n", "clear\n"] + requests[1]
+    batched = Batched(model)
+    batched.predict_batch_size = 256
+    gate = threading.Event()    # the first call waits until every client has sent all
+    original = batched.predict_batch
+    batched.predict_batch = lambda queries: (gate.wait(10), original(queries))[1]
+    with Server(batched, sock) as server:
+        relays = [subprocess.Popen(connect(sock).split(), stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                  for _ in requests]
+        for relay, sent in zip(relays, requests):
+            relay.stdin.write("".join(sent).encode())
+            relay.stdin.flush()
+        threading.Timer(1.0, gate.set).start()
+        for relay, sent in zip(relays, requests):
+            out, err = relay.communicate(timeout=60)
+            assert relay.returncode == 0 and err == b""
+            queries = [r[:-1].split("\t")[1:] for r in sent if r.startswith("predict")]
+            assert out.decode() == "".join(format_answer(model.predict(q[0], q[1:]))
+                                           for q in queries)
+        assert server.failure is None
+    assert sum(batched.calls) == sum(len(r) for r in requests) - 2
+    assert max(batched.calls) > max(len(r) for r in requests)   # shared between clients
+
+
+def test_lmc_dist_workers_share_one_server(model_file, lines, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    sock = str(tmp_path / "kjv.sock")
+    expected = subprocess.run([str(BIN / "lmc"), "run", f"{BIN / 'lmc-ngram'} serve "
+                               f"{model_file}", "we", str(corpus)], capture_output=True,
+                              check=True).stdout
+    with Server(Batched(NgramModel(str(model_file))), sock) as server:
+        run = subprocess.run([str(BIN / "lmc-dist"), "run", connect(sock), "we", "--input",
+                              str(corpus), "--run-dir", str(tmp_path / "run"), "--workers", "2",
+                              "--partition-chars", "600", "--output",
+                              str(tmp_path / "all.jsonl")], capture_output=True, timeout=300)
+        assert run.returncode == 0, run.stderr.decode()
+        assert server.failure is None
+    assert (tmp_path / "all.jsonl").read_bytes() == expected
+    assert len(list((tmp_path / "run").glob("part-*"))) >= 2
+
+
+def test_a_failing_model_fails_its_clients_naming_the_server(model_file, tmp_path):
+    sock = str(tmp_path / "kjv.sock")
+    with Server(Batched(NgramModel(str(model_file)), fail_on="boom"), sock) as server:
+        relay = subprocess.run(connect(sock).split(), capture_output=True, timeout=60,
+                               input=b"predict\tIn the \nclear\npredict\tboom\tx\tyz\n"
+                                     b"predict\tIn\tthe\n")
+        server.thread.join(10)
+        assert isinstance(server.failure, RuntimeError)
+    assert relay.returncode == 2
+    assert relay.stdout == in_the(model_file)   # the completion's call was answered
+    assert relay.stderr.decode() == (
+        f"lmc-neural: error: the server at {sock} closed the connection with 1 of 3 predict "
+        "requests answered (it stopped or failed: its own output says why)\n")
+    assert server.errors.getvalue() == (
+        "lmc-neural: predict_batch failed on a call of 2 queries, the first ('boom', ['x', "
+        "'yz']): RuntimeError: exploded\n")
+
+
+def test_no_server_is_waited_for_then_named(tmp_path):
+    sock = tmp_path / "none.sock"
+    relay = subprocess.run(connect(str(sock), "--wait", "0.5").split(), input=b"",
+                           capture_output=True, timeout=60)
+    assert relay.returncode == 2
+    assert relay.stderr.decode() == (
+        f"lmc-neural: error: no server at {sock} after 0.5 s: No such file or directory (start "
+        "it with `lmc-neural serve MODEL --listen ADDRESS`)\n")
+
+
+def test_a_relay_waits_for_a_server_that_starts_late(model_file, tmp_path):
+    sock = str(tmp_path / "late.sock")
+    relay = subprocess.Popen(connect(sock).split(), stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    threading.Event().wait(1.0)
+    with Server(Batched(NgramModel(str(model_file))), sock):
+        out, err = relay.communicate(b"predict\tIn the \n", timeout=60)
+    assert relay.returncode == 0 and err == b"" and out == in_the(model_file)
+
+
+def test_the_relay_refuses_a_game_the_model_does_not_play(tmp_path):
+    relay = subprocess.run(connect(str(tmp_path / "x.sock")).split(), input=b"",
+                           capture_output=True, timeout=60, env={**os.environ, "LMC_GAME": "ce"})
+    assert relay.returncode == 2
+    assert relay.stderr.decode().startswith("lmc-neural: error: does not play ce: it scores "
+                                            "whole words")
+
+
+def test_listen_replaces_a_dead_servers_socket_and_refuses_a_live_one_or_a_file(tmp_path):
+    path = tmp_path / "s.sock"
+    dead = socket.socket(socket.AF_UNIX)
+    dead.bind(str(path))
+    dead.close()            # the file stays, nobody listens
+    live = shared.listen(shared.address_of(str(path)))
+    with pytest.raises(LmcError, match="a server is listening there already"):
+        shared.listen(shared.address_of(str(path)))
+    live.close()
+    plain = tmp_path / "plain"
+    plain.write_text("x")
+    with pytest.raises(LmcError, match="it is a file, not a socket"):
+        shared.listen(shared.address_of(str(plain)))
+    assert plain.read_text() == "x"
+
+
+def test_addresses():
+    assert shared.address_of("/tmp/a.sock") == shared.Address(socket.AF_UNIX, "/tmp/a.sock",
+                                                               "/tmp/a.sock")
+    assert shared.address_of("gpu1:7000").where == ("gpu1", 7000)
+    assert shared.address_of(":7000").where == ("localhost", 7000)
+    assert shared.address_of("[::1]:7000") == shared.Address(socket.AF_INET6, ("::1", 7000),
+                                                             "[::1]:7000")
+    assert shared.address_of("a:b").family == socket.AF_UNIX
+    assert shared.address_of("dir/x:80").family == socket.AF_UNIX
+    with pytest.raises(LmcError, match="the port must be from 1 to 65535"):
+        shared.address_of("gpu1:70000")
+    with pytest.raises(LmcError, match="the address is empty"):
+        shared.address_of("")
+
+
+def test_tcp(model_file):
+    from conftest import free_port
+    address = f"127.0.0.1:{free_port()}"
+    with Server(Batched(NgramModel(str(model_file))), address):
+        relay = subprocess.run(connect(address).split(), input=b"predict\tIn the \n",
+                               capture_output=True, timeout=60)
+    assert relay.returncode == 0 and relay.stdout == in_the(model_file)
