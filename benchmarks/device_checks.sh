@@ -19,8 +19,9 @@
 #   call, timeout_s 570: bash benchmarks/device_checks.sh 3
 #   (the CPU topology; 16 `lmc run`s at once beside lmc-dist --workers 16: the machine's own
 #   ceiling; 10 and 12 workers; GPU passes of 16 and 64 rows; the same with the CUDA MPS daemon)
-# then stage 6 (timeout_s 200): the 16 workers feeding one shared model process (lmc-neural
-#   serve --listen, the workers' model `lmc-neural connect`), passes of 16 and 64 rows;
+# then stage 6 (timeout_s 330): the 16 workers feeding one shared model process (lmc-neural
+#   serve --listen, the workers' model `lmc-neural connect`), passes of 16 and 64 rows, then
+#   two such processes;
 # then, with the time left, stage 2 (timeout_s 300): the built-in model in the workers' own
 #   processes (--in-process: one process per worker, a fifth less CPU a token on 2 cores):
 #   the 100k-line `we` at 16 workers (1.84x the limit over the pipe), then 1M lines of `we`
@@ -96,7 +97,11 @@ case $stage in
     # stage 3's process per worker
     step shared 180 python3 benchmarks/neural_dist.py --wheels .whl --model smol-skeleton \
         --random-weights --device cuda --lines 30000 --base-lines 300 --workers 16 \
-        --batch-size 16,64 --chunk 32 --shared
+        --batch-size 16,64 --chunk 32 --shared 1
+    # two servers, each fed by about 8 workers (the host side of one process may limit)
+    step shared2 120 python3 benchmarks/neural_dist.py --wheels .whl --model smol-skeleton \
+        --random-weights --device cuda --lines 30000 --base-lines 300 --workers 16 \
+        --batch-size 64 --chunk 32 --shared 2
     ;;
 *)  echo "stage 1, 2, 3, 4, 5 or 6" >&2; exit 2 ;;
 esac

@@ -3,7 +3,7 @@
     lmc-neural skeleton models/SmolLM2-135M-Instruct.Q4_1.gguf smol-skeleton   # 3.5 MB
     python benchmarks/neural_dist.py --model smol-skeleton --random-weights --device cuda \\
         [--lines 100000] [--base-lines 2000] [--workers 16] [--dtype auto] [--batch-size 1[,16..]]
-        [--chunk 32[,128..]] [--shared] [--wheels DIR]
+        [--chunk 32[,128..]] [--shared [K]] [--wheels DIR]
 
 Corpus: ``--lines`` lines of the shipped KJV text (cycled, as ``benchmarks/scaling.py``
 builds it).  Model: ``lmc-neural serve MODEL`` with the options given, one process per
@@ -17,10 +17,11 @@ baseline's lines are from ``lmc run``'s (equal on a CPU; on a GPU the rows batch
 change the kernels' sums, by about float32's or bfloat16's rounding).  Issue 13's target: >= 50,000 words/s on >= 100k lines on the
 device machine (one H100, 16 cores).
 
-``--shared``: the ``lmc-dist`` runs use one model process for all workers (``lmc-neural
-serve --listen SOCKET``, started before and stopped after each run, its load not timed;
-the workers' model command ``lmc-neural connect SOCKET``): every worker's queries share
-its passes, instead of a process per worker taking turns on the GPU.
+``--shared [K]``: the ``lmc-dist`` runs use K model processes (default 1) for all workers
+(``lmc-neural serve --listen SOCKET``, started before and stopped after each run, their load
+not timed; the workers' model command ``lmc-neural connect SOCKET...``, each worker's relay
+picking one at random): the queries of the workers of a server share its passes, instead of
+a process per worker taking turns on the GPU.
 
 ``--random-weights``: the architecture and tokenizer of ``--model`` (a ``lmc-neural
 skeleton`` directory will do) with random weights: the speed of the real model.
@@ -78,8 +79,8 @@ def main() -> None:
     parser.add_argument("--base-lines", type=int, default=2_000)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--wheels", type=Path, default=None, metavar="DIR")
-    parser.add_argument("--shared", action="store_true",
-                        help="lmc-dist's workers share one model process (lmc-neural connect)")
+    parser.add_argument("--shared", type=int, nargs="?", const=1, default=0, metavar="K",
+                        help="lmc-dist's workers share K model processes (lmc-neural connect)")
     args = parser.parse_args()
     if args.wheels is not None:
         reexec_with_wheels(args.wheels)
@@ -104,9 +105,9 @@ def main() -> None:
                 _dist_run(bin_dir, args, model, window, corpus, work / f"run-{batch}-{chunk}",
                           base_log, base_rate)
                 continue
-            with _shared_server(bin_dir, model, work / "model.sock") as connect:
+            with _shared_servers(bin_dir, model, work, args.shared) as connect:
                 _dist_run(bin_dir, args, connect, window, corpus, work / f"run-{batch}-{chunk}",
-                          base_log, base_rate, label=f"{model} --listen (shared)")
+                          base_log, base_rate, label=f"{model} --listen ({args.shared} shared)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -126,21 +127,25 @@ def _model(bin_dir: Path, args: argparse.Namespace, batch: int, chunk: int) -> t
 
 
 @contextlib.contextmanager
-def _shared_server(bin_dir: Path, model: str, sock: Path):
-    """Run ``model --listen sock`` while the block runs; yield the workers' model command."""
-    server = subprocess.Popen(shlex.split(model) + ["--listen", str(sock)],
-                              stderr=subprocess.PIPE, text=True)
+def _shared_servers(bin_dir: Path, model: str, work: Path, count: int):
+    """Run ``count`` servers ``model --listen SOCKET`` while the block runs; yield the
+    workers' model command."""
+    socks = [str(work / f"model-{i}.sock") for i in range(count)]
+    servers = [subprocess.Popen(shlex.split(model) + ["--listen", sock], stderr=subprocess.PIPE,
+                                text=True) for sock in socks]
     try:
-        for line in server.stderr:      # until it has loaded the model and listens
-            if line.startswith("lmc-neural: serving"):
-                break
-        else:
-            sys.exit(f"the shared server did not start (exit {server.wait()})")
-        threading.Thread(target=server.stderr.read, daemon=True).start()   # keep it drained
-        yield shlex.join([str(bin_dir / "lmc-neural"), "connect", str(sock)])
+        for server in servers:
+            for line in server.stderr:      # until it has loaded the model and listens
+                if line.startswith("lmc-neural: serving"):
+                    break
+            else:
+                sys.exit(f"a shared server did not start (exit {server.wait()})")
+            threading.Thread(target=server.stderr.read, daemon=True).start()   # drained
+        yield shlex.join([str(bin_dir / "lmc-neural"), "connect", *socks])
     finally:
-        server.terminate()
-        server.wait(60)
+        for server in servers:
+            server.terminate()
+            server.wait(60)
 
 
 def _dist_run(bin_dir: Path, args: argparse.Namespace, model: str, window: str, corpus: Path,

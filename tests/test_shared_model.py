@@ -85,8 +85,8 @@ class Server:
         self.listener.close()
 
 
-def connect(address: str, *args: str) -> str:
-    return f"{BIN / 'lmc-neural'} connect {address} {' '.join(args)}".strip()
+def connect(*args: str) -> str:
+    return f"{BIN / 'lmc-neural'} connect {' '.join(args)}"
 
 
 def test_lmc_run_through_a_shared_server_equals_the_model_on_its_own_pipe(model_file, lines, tmp_path):
@@ -240,3 +240,15 @@ def test_tcp(model_file):
         relay = subprocess.run(connect(address).split(), input=b"predict\tIn the \n",
                                capture_output=True, timeout=60)
     assert relay.returncode == 0 and relay.stdout == in_the(model_file)
+
+
+def test_several_servers_share_the_clients(model_file, tmp_path):
+    """``connect A B``: each relay picks one of the servers; all are answered alike."""
+    socks = [str(tmp_path / "a.sock"), str(tmp_path / "b.sock")]
+    models = [Batched(NgramModel(str(model_file))) for _ in socks]
+    with Server(models[0], socks[0]), Server(models[1], socks[1]):
+        for _ in range(12):
+            relay = subprocess.run(connect(*socks).split(), input=b"predict\tIn the \n",
+                                   capture_output=True, timeout=60)
+            assert relay.returncode == 0 and relay.stdout == in_the(model_file)
+    assert all(model.calls for model in models)     # (each unused: 1 in 2,048)

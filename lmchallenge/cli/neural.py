@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import random
 import socket
 import sys
 from collections.abc import Callable
@@ -142,18 +143,21 @@ def serve(model: str, device: str, dtype: str, batch_size: int, chunk: int, top:
 
 
 @cli.command()
-@click.argument("address")
+@click.argument("addresses", nargs=-1, required=True, metavar="ADDRESS...")
 @click.option("--wait", type=seconds(), default=60.0, show_default=True,
               help="Seconds to wait for a server that is not listening yet (still loading).")
-def connect(address: str, wait: float) -> None:
+def connect(addresses: tuple[str, ...], wait: float) -> None:
     """The model command for a model served with `lmc-neural serve MODEL --listen ADDRESS`:
     pass the protocol's requests on stdin to it and its answers to stdout (`lmc run
     "lmc-neural connect ADDRESS" we ...`, or as lmc-dist's model, every worker sharing the
-    one server). Needs no torch: only the server loads the model."""
+    one server). Given several servers' addresses (of the same model), one of them at
+    random. Needs no torch: only the server loads the model."""
     why = refused_game(REFUSED_GAMES)
     if why:
         raise LmcError(why)
-    shared.relay(shared.address_of(address), sys.stdin.buffer, sys.stdout.buffer, wait)
+    chosen = [shared.address_of(address) for address in addresses]    # each checked
+    shared.relay(random.SystemRandom().choice(chosen), sys.stdin.buffer, sys.stdout.buffer,
+                 wait)
 
 
 @cli.command()
