@@ -252,3 +252,27 @@ def test_several_servers_share_the_clients(model_file, tmp_path):
                                    capture_output=True, timeout=60)
             assert relay.returncode == 0 and relay.stdout == in_the(model_file)
     assert all(model.calls for model in models)     # (each unused: 1 in 2,048)
+
+
+def test_a_client_that_does_not_read_its_answers_holds_up_only_itself(model_file, tmp_path):
+    """Its answers wait in the server (past its socket's buffers) while another client is
+    answered; it gets them all once it reads."""
+    sock = str(tmp_path / "kjv.sock")
+    with Server(Batched(NgramModel(str(model_file))), sock) as server:
+        idle = socket.socket(socket.AF_UNIX)
+        idle.connect(sock)
+        requests = b"predict\tIn the \n" * 4000     # about 1.5 MB of answers
+        sender = threading.Thread(target=idle.sendall, args=(requests,))
+        sender.start()
+        threading.Event().wait(1.0)
+        relay = subprocess.run(connect(sock).split(), input=b"predict\tIn the \n",
+                               capture_output=True, timeout=60)
+        assert relay.returncode == 0 and relay.stdout == in_the(model_file)
+        sender.join(10)
+        idle.shutdown(socket.SHUT_WR)
+        received = b""
+        while data := idle.recv(1 << 16):
+            received += data
+        idle.close()
+        assert received == in_the(model_file) * 4000
+        assert server.failure is None

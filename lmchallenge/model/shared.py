@@ -115,25 +115,78 @@ def _clear_stale_socket(address: Address) -> None:
     raise LmcError(f"cannot listen at {address.text}: a server is listening there already")
 
 
+UNSENT_LIMIT = 1 << 24
+"""Bytes of answers a client may leave unread before the server stops reading its requests
+(until it reads them): one client that does not read holds up only itself."""
+
+
+FINISH_SECONDS = 5.0
+"""How long a stopping server lets its clients take the answers already made."""
+
+
 class _Client:
-    """One connection: its socket, and whether sending to it failed (it is then skipped)."""
+    """One connection: its socket, and a thread that sends its answers (so that a client
+    slow to read them never holds up the model's thread, nor the other clients)."""
 
-    def __init__(self, sock: socket.socket, number: int):
-        self.sock = sock
-        self.number = number
+    def __init__(self, sock: socket.socket, number: int, clients: set["_Client"],
+                 errors: IO[str], name: str):
+        self.sock, self.number = sock, number
+        self._clients, self._errors, self._name = clients, errors, name
+        self._outbox: queue.Queue[bytes | None] = queue.Queue()
+        self._room = threading.Condition()
+        self._unsent = 0
         self.gone = False
+        clients.add(self)
+        self._writer = threading.Thread(target=self._write, daemon=True,
+                                        name=f"lmc-shared-send-{number}")
+        self._writer.start()
 
-    def send(self, text: str, errors: IO[str], name: str) -> None:
+    def send(self, text: str) -> None:
+        """Queue ``text`` (answer lines) to be sent; never blocks."""
         if self.gone or not text:
             return
-        try:
-            self.sock.sendall(text.encode("utf-8"))
-        except OSError as e:
-            self.gone = True
-            errors.write(f"{name}: client {self.number} is gone ({e.strerror or e}); its "
-                         "answers are dropped\n")
+        data = text.encode("utf-8")
+        with self._room:
+            self._unsent += len(data)
+        self._outbox.put(data)
+
+    def end(self) -> None:
+        """Its requests have ended: close the connection once what is queued is sent."""
+        self._outbox.put(None)
+
+    def finish(self, deadline: float) -> None:
+        """Send what is queued (until ``deadline``, a ``time.monotonic()``), then close."""
+        self.end()
+        self._writer.join(max(0.0, deadline - time.monotonic()))
+        self.close()
+
+    def wait_for_room(self) -> None:
+        """Wait while more than :data:`UNSENT_LIMIT` bytes of its answers are unsent."""
+        with self._room:
+            self._room.wait_for(lambda: self._unsent < UNSENT_LIMIT or self.gone)
+
+    def _write(self) -> None:
+        while (data := self._outbox.get()) is not None:
+            if not self.gone:
+                try:
+                    self.sock.sendall(data)
+                except OSError as e:
+                    self.gone = True
+                    self._errors.write(f"{self._name}: client {self.number} is gone "
+                                       f"({e.strerror or e}); its answers are dropped\n")
+            with self._room:
+                self._unsent -= len(data)
+                self._room.notify_all()
+        self.close()
 
     def close(self) -> None:
+        """Close the connection (a send or receive in progress ends)."""
+        self._clients.discard(self)
+        with self._room:
+            self.gone = True
+            self._room.notify_all()
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self.sock.close()
 
@@ -156,7 +209,7 @@ def serve_shared(model: Any, listener: socket.socket, errors: IO[str],
             the first query of the call).
     """
     blocks: queue.Queue[_Block] = queue.Queue()
-    clients: list[_Client] = []
+    clients: set[_Client] = set()
     threading.Thread(target=_accept, args=(listener, blocks, clients, errors, name),
                      daemon=True, name="lmc-shared-accept").start()
     stop = stop or threading.Event()
@@ -167,12 +220,13 @@ def serve_shared(model: Any, listener: socket.socket, errors: IO[str],
             except queue.Empty:
                 continue
             _answer(model, _drain(blocks, first), errors, name)
-    finally:
+    finally:    # the answers already made are sent (a client held up: for a few seconds)
+        deadline = time.monotonic() + FINISH_SECONDS
         for client in list(clients):
-            client.close()
+            client.finish(deadline)
 
 
-def _accept(listener: socket.socket, blocks: queue.Queue, clients: list[_Client],
+def _accept(listener: socket.socket, blocks: queue.Queue, clients: set[_Client],
             errors: IO[str], name: str) -> None:
     number = 0
     while True:
@@ -181,8 +235,7 @@ def _accept(listener: socket.socket, blocks: queue.Queue, clients: list[_Client]
         except OSError:     # the listener was closed: the server is stopping
             return
         number += 1
-        client = _Client(sock, number)
-        clients.append(client)
+        client = _Client(sock, number, clients, errors, name)
         threading.Thread(target=_read, args=(client, blocks, errors, name), daemon=True,
                          name=f"lmc-shared-client-{number}").start()
 
@@ -192,6 +245,7 @@ def _read(client: _Client, blocks: queue.Queue, errors: IO[str], name: str) -> N
     try:
         for block in whole_line_blocks(client.sock.recv):
             blocks.put((client, queries_of(block, errors, name)))
+            client.wait_for_room()
     except OSError:     # reset by the client: its requests have ended
         pass
     finally:
@@ -225,19 +279,19 @@ def _answer(model: Any, taken: list[_Block], errors: IO[str], name: str) -> None
                          f"quer{'y' if len(group) == 1 else 'ies'}, the first "
                          f"{group[0]!r:.200}: {type(e).__name__}: {e}\n")
             raise
-        _send(owners[done:done + len(group)], lines, errors, name)
+        _send(owners[done:done + len(group)], lines)
         done += len(group)
     for client, block in taken:
         if block is None:
-            client.close()
+            client.end()
 
 
-def _send(owners: list[_Client], lines: list[str], errors: IO[str], name: str) -> None:
+def _send(owners: list[_Client], lines: list[str]) -> None:
     by_client: dict[_Client, list[str]] = {}
     for client, line in zip(owners, lines):
         by_client.setdefault(client, []).append(line)
     for client, mine in by_client.items():
-        client.send("".join(mine), errors, name)
+        client.send("".join(mine))
 
 
 def relay(address: Address, source: IO[bytes], sink: IO[bytes], wait: float) -> None:
