@@ -267,7 +267,7 @@ def _answer(model: Any, taken: list[_Block], errors: IO[str], name: str) -> None
     owners: list[_Client] = []
     queries: list[Query] = []
     for client, block in taken:
-        if block:
+        if block and not client.gone:   # (a client gone: its queries are not computed)
             owners += [client] * len(block)
             queries += block
     done = 0
