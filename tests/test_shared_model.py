@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import re
 import socket
 import subprocess
 import threading
@@ -63,7 +64,8 @@ class Server:
 
     def __init__(self, model, address: str):
         self.address = shared.address_of(address)
-        self.listener = shared.listen(self.address)
+        self.listening = shared.listening(self.address)
+        self.listener = self.listening.__enter__()
         self.errors = io.StringIO()
         self.stop = threading.Event()
         self.failure: BaseException | None = None
@@ -82,7 +84,7 @@ class Server:
     def __exit__(self, *exc) -> None:
         self.stop.set()
         self.thread.join(10)
-        self.listener.close()
+        self.listening.__exit__(None, None, None)
 
 
 def connect(*args: str) -> str:
@@ -126,7 +128,7 @@ def test_clients_at_once_get_their_own_answers_and_share_calls(model_file, lines
         for relay, sent in zip(relays, requests):
             relay.stdin.write("".join(sent).encode())
             relay.stdin.flush()
-        threading.Timer(1.0, gate.set).start()
+        threading.Timer(3.0, gate.set).start()     # (the relays have sent all by then)
         for relay, sent in zip(relays, requests):
             out, err = relay.communicate(timeout=60)
             assert relay.returncode == 0 and err == b""
@@ -156,22 +158,19 @@ def test_lmc_dist_workers_share_one_server(model_file, lines, tmp_path):
     assert len(list((tmp_path / "run").glob("part-*"))) >= 2
 
 
-def test_a_failing_model_fails_its_clients_naming_the_server(model_file, tmp_path):
+def test_a_failing_query_fails_its_client_after_the_answers_before_it(model_file, tmp_path):
     sock = str(tmp_path / "kjv.sock")
     with Server(Batched(NgramModel(str(model_file)), fail_on="boom"), sock) as server:
         relay = subprocess.run(connect(sock).split(), capture_output=True, timeout=60,
                                input=b"predict\tIn the \nclear\npredict\tboom\tx\tyz\n"
                                      b"predict\tIn\tthe\n")
-        server.thread.join(10)
-        assert isinstance(server.failure, RuntimeError)
+        assert server.failure is None
     assert relay.returncode == 2
     assert relay.stdout == in_the(model_file)   # the completion's call was answered
-    assert relay.stderr.decode() == (
-        f"lmc-neural: error: the server at {sock} closed the connection with 1 of 3 predict "
-        "requests answered (it stopped or failed: its own output says why)\n")
-    assert server.errors.getvalue() == (
-        "lmc-neural: predict_batch failed on a call of 2 queries, the first ('boom', ['x', "
-        "'yz']): RuntimeError: exploded\n")
+    reason = ("predict_batch failed on a call of 2 queries, the first ('boom', ['x', 'yz']): "
+              "RuntimeError: exploded")
+    assert relay.stderr.decode() == f"lmc-neural: error: the server at {sock}: {reason}\n"
+    assert server.errors.getvalue() == f"lmc-neural: client 1: {reason}; its connection is closed\n"
 
 
 def test_no_server_is_waited_for_then_named(tmp_path):
@@ -207,15 +206,97 @@ def test_listen_replaces_a_dead_servers_socket_and_refuses_a_live_one_or_a_file(
     dead = socket.socket(socket.AF_UNIX)
     dead.bind(str(path))
     dead.close()            # the file stays, nobody listens
-    live = shared.listen(shared.address_of(str(path)))
-    with pytest.raises(LmcError, match="a server is listening there already"):
-        shared.listen(shared.address_of(str(path)))
-    live.close()
-    plain = tmp_path / "plain"
-    plain.write_text("x")
-    with pytest.raises(LmcError, match="it is a file, not a socket"):
-        shared.listen(shared.address_of(str(plain)))
-    assert plain.read_text() == "x"
+    with shared.listening(shared.address_of(str(path))):
+        assert path.is_socket() and (tmp_path / "s.sock.lock").exists()
+        with pytest.raises(LmcError, match=r"a server is listening there already \(.*s\.sock"
+                                           r"\.lock is locked\)"):
+            with shared.listening(shared.address_of(str(path))):
+                pass
+        assert path.is_socket()
+    assert not path.exists() and not (tmp_path / "s.sock.lock").exists()
+    for name in ("plain", "adir"):
+        other = tmp_path / name
+        other.mkdir() if name == "adir" else other.write_text("x")
+        with pytest.raises(LmcError, match="it is there and is not a socket"):
+            with shared.listening(shared.address_of(str(other))):
+                pass
+        assert other.exists()
+    assert (tmp_path / "plain").read_text() == "x"
+
+
+def test_connect_to_what_can_never_be_a_server_fails_at_once(tmp_path):
+    (tmp_path / "plain").write_text("x")
+    for path, why in ((tmp_path / "plain", "it is not a socket"),
+                      (tmp_path, "it is not a socket"),
+                      (tmp_path / "nodir" / "s.sock", f"there is no directory {tmp_path}/nodir")):
+        relay = subprocess.run(connect(str(path)).split(), input=b"", capture_output=True,
+                               timeout=60)     # not after --wait's 60 s
+        assert relay.returncode == 2
+        assert relay.stderr.decode() == f"lmc-neural: error: no server at {path}: {why}\n"
+
+
+def test_a_query_that_fails_fails_its_client_only(model_file, tmp_path):
+    """A call holding the queries of two clients fails: each client's queries are asked
+    again apart; the one whose query fails is told why (its relay fails with the reason),
+    the other is answered, and the server goes on."""
+    sock = str(tmp_path / "kjv.sock")
+    model = Batched(NgramModel(str(model_file)), fail_on="boom")
+    model.predict_batch_size = 256
+    gate, entered = threading.Event(), threading.Event()
+    original = model.predict_batch
+    model.predict_batch = lambda queries: (entered.set(), gate.wait(30), original(queries))[2]
+    good_requests = b"predict\tIn\tthe\tbeginning\n" * 3
+    with Server(model, sock) as server:
+        primer = subprocess.Popen(connect(sock).split(), stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        primer.stdin.write(b"predict\tIn the \n")     # its call waits for the gate
+        primer.stdin.flush()
+        assert entered.wait(30)
+        bad = subprocess.Popen(connect(sock).split(), stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        good = subprocess.Popen(connect(sock).split(), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        bad.stdin.write(b"predict\tIn\tthe\npredict\tboom\tx\n")
+        bad.stdin.flush()
+        good.stdin.write(good_requests)
+        good.stdin.flush()
+        threading.Timer(1.0, gate.set).start()
+        assert primer.communicate(timeout=60)[0] == in_the(model_file)
+        bad_out, bad_err = bad.communicate(timeout=60)
+        good_out, good_err = good.communicate(timeout=60)
+        after = subprocess.run(connect(sock).split(), input=b"predict\tIn the \n",
+                               capture_output=True, timeout=60)
+        assert server.failure is None
+    ngram = NgramModel(str(model_file))
+    assert good.returncode == 0 and good_err == b""
+    assert good_out == format_answer(ngram.predict("In", ["the", "beginning"])).encode() * 3
+    assert after.returncode == 0 and after.stdout == in_the(model_file)
+    assert bad.returncode == 2 and bad_out == b""
+    reason = ("predict_batch failed on a call of 2 queries, the first ('In', ['the']): "
+              "RuntimeError: exploded")
+    assert bad_err.decode() == f"lmc-neural: error: the server at {sock}: {reason}\n"
+    assert re.fullmatch(f"lmc-neural: client [12]: {re.escape(reason)}; its connection is "
+                        "closed\n", server.errors.getvalue())
+    assert model.calls[:4] == [1, 5, 2, 3]  # the primer, both clients, then each apart
+
+
+def test_a_relay_that_fails_while_its_input_is_open_exits_cleanly(model_file, tmp_path):
+    """(QA: the relay's thread blocked reading stdin held the stream's lock at exit: a
+    'Fatal Python error', SIGABRT, exit 134 instead of 2.)"""
+    sock = str(tmp_path / "kjv.sock")
+    server = Server(Batched(NgramModel(str(model_file))), sock)
+    relay = subprocess.Popen(connect(sock).split(), stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    relay.stdin.write(b"predict\tIn the \n")
+    relay.stdin.flush()
+    assert relay.stdout.readline() == in_the(model_file)
+    server.__exit__(None, None, None)       # stopped while the relay's stdin is open
+    err = relay.stderr.read().decode()
+    assert relay.wait(60) == 2
+    assert err == (f"lmc-neural: error: the server at {sock} closed the connection with 1 of "
+                   "1+ predict requests answered (it stopped or failed: its own output says "
+                   "why)\n")
+    relay.stdin.close()
 
 
 def test_addresses():

@@ -22,11 +22,9 @@ every client that connects, their queries sharing its calls
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import random
-import socket
 import sys
 from collections.abc import Callable
 from typing import IO, Any
@@ -34,7 +32,7 @@ from typing import IO, Any
 import click
 
 from lmchallenge import tuning
-from lmchallenge.cli.options import count, run_command, seconds
+from lmchallenge.cli.options import MAX_SECONDS, FiniteFloatRange, count, run_command
 from lmchallenge.errors import LmcError
 from lmchallenge.model.neural import REFUSED_GAMES, install_hint, missing_modules
 from lmchallenge.model import shared
@@ -118,33 +116,33 @@ def serve(model: str, device: str, dtype: str, batch_size: int, chunk: int, top:
     why = refused_game(REFUSED_GAMES)     # before the model loads
     if why:
         raise LmcError(why)
-    address = shared.address_of(listen) if listen is not None else None
-    listener = shared.listen(address) if address is not None else None   # before the load
-    try:
-        tuning.lift_own_limits()  # before torch is imported: its threads are its own choice
-        from lmchallenge.model.neural.adapter import CausalLM
-        lm = started(model, CausalLM, dict(  # a failure in one line, as lmc run says it
-            model=model, device=device, dtype=dtype, batch_size=batch_size, chunk=chunk,
-            top=top, max_expansions=max_expansions, threads=threads, start_token=start_token,
-            random_weights=random_weights, search_width=search_width))
-        if listener is None:
-            serve_batched(lm, sys.stdin.buffer, sys.stdout.buffer, sys.stderr)
-            return
+    tuning.lift_own_limits()  # before torch is imported: its threads are its own choice
+    options = dict(model=model, device=device, dtype=dtype, batch_size=batch_size, chunk=chunk,
+                   top=top, max_expansions=max_expansions, threads=threads,
+                   start_token=start_token, random_weights=random_weights,
+                   search_width=search_width)
+    if listen is None:
+        serve_batched(_loaded(options), sys.stdin.buffer, sys.stdout.buffer, sys.stderr)
+        return
+    with shared.listening(shared.address_of(listen)) as listener:   # before the load
+        lm = _loaded(options)
         sys.stderr.write(f"lmc-neural: serving {model} at {listen} (model command: "
                          f"lmc-neural connect {listen}); Ctrl-C stops it\n")
         sys.stderr.flush()
         shared.serve_shared(lm, listener, sys.stderr)
-    finally:
-        if listener is not None:
-            listener.close()
-            if address is not None and address.family == socket.AF_UNIX:
-                with contextlib.suppress(OSError):
-                    os.remove(address.where)
+
+
+def _loaded(options: dict[str, Any]) -> Any:
+    """The :class:`~lmchallenge.model.neural.adapter.CausalLM` of ``options`` (its keyword
+    arguments; a failure to load it in one line, as lmc run says it)."""
+    from lmchallenge.model.neural.adapter import CausalLM
+    return started(options["model"], CausalLM, options)
 
 
 @cli.command()
 @click.argument("addresses", nargs=-1, required=True, metavar="ADDRESS...")
-@click.option("--wait", type=seconds(), default=60.0, show_default=True,
+@click.option("--wait", type=FiniteFloatRange(0, MAX_SECONDS), default=60.0,
+              show_default=True,
               help="Seconds to wait for a server that is not listening yet (still loading).")
 def connect(addresses: tuple[str, ...], wait: float) -> None:
     """The model command for a model served with `lmc-neural serve MODEL --listen ADDRESS`:

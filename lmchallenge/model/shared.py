@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
+import functools
 import os
 import queue
 import re
@@ -35,6 +37,7 @@ import socket
 import stat
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -76,28 +79,62 @@ def address_of(text: str) -> Address:
     return Address(socket.AF_INET, (match["host"] or "localhost", port), text)
 
 
-def listen(address: Address) -> socket.socket:
-    """A socket listening at ``address``.  A Unix socket's path that a dead server left is
-    replaced; one where a server answers, or that is not a socket, is refused.
+@contextlib.contextmanager
+def listening(address: Address) -> Iterator[socket.socket]:
+    """A socket listening at ``address`` while the block runs; then closed, and a Unix
+    socket's file removed.  A Unix socket's path is held for the server's life by a lock
+    on ``PATH.lock`` beside it (``flock``; removed at the end): a second server on the path
+    is refused at once, and a socket file left there by a dead server (a SIGKILL) is
+    replaced; a path that is not a socket is refused.
 
     Raises:
         LmcError: the address is in use or cannot be bound (the reason given).
     """
-    if address.family == socket.AF_UNIX:
-        _clear_stale_socket(address)
-    sock = socket.socket(address.family, socket.SOCK_STREAM)
+    unix = address.family == socket.AF_UNIX
+    lock = _lock(address) if unix else None
     try:
-        if address.family != socket.AF_UNIX:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address.where)
-        sock.listen(socket.SOMAXCONN)
-    except (OSError, OverflowError) as e:
-        sock.close()
-        raise LmcError(f"cannot listen at {address.text}: {getattr(e, 'strerror', None) or e}") from None
-    return sock
+        if unix:
+            _clear_stale_socket(address)
+        sock = socket.socket(address.family, socket.SOCK_STREAM)
+        try:
+            if not unix:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address.where)
+            sock.listen(socket.SOMAXCONN)
+        except (OSError, OverflowError) as e:
+            sock.close()
+            raise LmcError(f"cannot listen at {address.text}: "
+                           f"{getattr(e, 'strerror', None) or e}") from None
+        try:
+            yield sock
+        finally:
+            sock.close()
+            if unix:
+                with contextlib.suppress(OSError):
+                    os.remove(address.where)
+    finally:
+        if lock is not None:
+            with contextlib.suppress(OSError):
+                os.remove(lock.name)
+            lock.close()
+
+
+def _lock(address: Address) -> IO[bytes]:
+    try:
+        lock = open(f"{address.where}.lock", "ab")
+    except OSError as e:
+        raise LmcError(f"cannot listen at {address.text}: {e.strerror}") from None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.close()
+        raise LmcError(f"cannot listen at {address.text}: a server is listening there "
+                       f"already ({lock.name} is locked)") from None
+    return lock
 
 
 def _clear_stale_socket(address: Address) -> None:
+    """Remove a socket file that a dead server left at ``address`` (its lock is held)."""
     try:
         mode = os.stat(address.where).st_mode
     except FileNotFoundError:
@@ -105,20 +142,19 @@ def _clear_stale_socket(address: Address) -> None:
     except OSError as e:
         raise LmcError(f"cannot listen at {address.text}: {e.strerror}") from None
     if not stat.S_ISSOCK(mode):
-        raise LmcError(f"cannot listen at {address.text}: it is a file, not a socket")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        try:
-            probe.connect(address.where)
-        except OSError:     # nobody listens: a dead server's socket
-            os.remove(address.where)
-            return
-    raise LmcError(f"cannot listen at {address.text}: a server is listening there already")
+        raise LmcError(f"cannot listen at {address.text}: it is there and is not a socket")
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(address.where)
 
 
 UNSENT_LIMIT = 1 << 24
 """Bytes of answers a client may leave unread before the server stops reading its requests
 (until it reads them): one client that does not read holds up only itself."""
 
+
+FAILURE = b"\x00lmc-failed\t"
+"""What starts the line a server sends a client before it closes the connection on a
+failed query of that client (a line no answer starts: answers are words and scores)."""
 
 FINISH_SECONDS = 5.0
 """How long a stopping server lets its clients take the answers already made."""
@@ -135,7 +171,8 @@ class _Client:
         self._outbox: queue.Queue[bytes | None] = queue.Queue()
         self._room = threading.Condition()
         self._unsent = 0
-        self.gone = False
+        self.gone = False       # sending failed: nothing more is sent
+        self.failed = False     # a query of its failed: nothing more is computed
         clients.add(self)
         self._writer = threading.Thread(target=self._write, daemon=True,
                                         name=f"lmc-shared-send-{number}")
@@ -143,7 +180,7 @@ class _Client:
 
     def send(self, text: str) -> None:
         """Queue ``text`` (answer lines) to be sent; never blocks."""
-        if self.gone or not text:
+        if self.dropped or not text:
             return
         data = text.encode("utf-8")
         with self._room:
@@ -154,6 +191,18 @@ class _Client:
         """Its requests have ended: close the connection once what is queued is sent."""
         self._outbox.put(None)
 
+    def fail(self, reason: str) -> None:
+        """A query of its failed: send the answers made so far and then ``reason`` (a
+        line :data:`FAILURE` starts, which :func:`relay` reports), and close."""
+        self.failed = True
+        self._outbox.put(FAILURE + reason.replace("\n", " ").encode("utf-8") + b"\n")
+        self.end()
+
+    @property
+    def dropped(self) -> bool:
+        """Whether its queries are no longer computed (it is gone or failed)."""
+        return self.gone or self.failed
+
     def finish(self, deadline: float) -> None:
         """Send what is queued (until ``deadline``, a ``time.monotonic()``), then close."""
         self.end()
@@ -163,7 +212,7 @@ class _Client:
     def wait_for_room(self) -> None:
         """Wait while more than :data:`UNSENT_LIMIT` bytes of its answers are unsent."""
         with self._room:
-            self._room.wait_for(lambda: self._unsent < UNSENT_LIMIT or self.gone)
+            self._room.wait_for(lambda: self._unsent < UNSENT_LIMIT or self.dropped)
 
     def _write(self) -> None:
         while (data := self._outbox.get()) is not None:
@@ -200,13 +249,12 @@ def serve_shared(model: Any, listener: socket.socket, errors: IO[str],
     ``predict_batch`` and ``predict_batch_size``, as
     :class:`~lmchallenge.model.neural.adapter.CausalLM`), batching the queries of all of
     them, until ``stop`` is set (checked every 0.2 s) or the process is interrupted.
-    Diagnostics go to ``errors``, starting with ``name``.  The connections still open are
-    closed on the way out (their clients then fail, naming the server); ``listener`` is
-    left to the caller.
-
-    Raises:
-        Exception: what ``model.predict_batch`` raised (after a line on ``errors`` naming
-            the first query of the call).
+    Diagnostics go to ``errors``, starting with ``name``.  A call of ``predict_batch``
+    that raises is made again for each client's queries apart; a client whose queries
+    raise again is sent the reason and its connection is closed (its relay fails with
+    it), the others are answered and the server goes on.  The connections still open are
+    closed on the way out, after their answers already made (their clients then fail,
+    naming the server); ``listener`` is left to the caller.
     """
     blocks: queue.Queue[_Block] = queue.Queue()
     clients: set[_Client] = set()
@@ -267,23 +315,42 @@ def _answer(model: Any, taken: list[_Block], errors: IO[str], name: str) -> None
     owners: list[_Client] = []
     queries: list[Query] = []
     for client, block in taken:
-        if block and not client.gone:   # (a client gone: its queries are not computed)
+        if block and not client.dropped:    # (gone or failed: not computed)
             owners += [client] * len(block)
             queries += block
     done = 0
     for group in groups(queries, model.predict_batch_size):
+        mine = owners[done:done + len(group)]
+        done += len(group)
         try:
             lines = answer_lines(model, group)
-        except Exception as e:
-            errors.write(f"{name}: predict_batch failed on a call of {len(group)} "
-                         f"quer{'y' if len(group) == 1 else 'ies'}, the first "
-                         f"{group[0]!r:.200}: {type(e).__name__}: {e}\n")
-            raise
-        _send(owners[done:done + len(group)], lines)
-        done += len(group)
+        except Exception:   # noqa: BLE001 - each client's queries again, apart
+            _answer_apart(model, mine, group, errors, name)
+            continue
+        _send(mine, lines)
     for client, block in taken:
         if block is None:
             client.end()
+
+
+def _answer_apart(model: Any, owners: list[_Client], group: list[Query], errors: IO[str],
+                  name: str) -> None:
+    """Answer ``group`` (a call that failed) one client's queries at a time: a client whose
+    queries fail again is sent the reason and closed (as ``lmc-neural serve`` exits on the
+    failure of its one client); the others are answered."""
+    for client in dict.fromkeys(owners):
+        queries = [query for owner, query in zip(owners, group) if owner is client]
+        if client.dropped:
+            continue
+        try:
+            client.send("".join(answer_lines(model, queries)))
+        except Exception as e:  # noqa: BLE001 - the client is told, the server goes on
+            reason = (f"predict_batch failed on a call of {len(queries)} "
+                      f"quer{'y' if len(queries) == 1 else 'ies'}, the first "
+                      f"{queries[0]!r:.200}: {type(e).__name__}: {e}")
+            errors.write(f"{name}: client {client.number}: {reason}; its connection is "
+                         "closed\n")
+            client.fail(reason)
 
 
 def _send(owners: list[_Client], lines: list[str]) -> None:
@@ -296,21 +363,23 @@ def _send(owners: list[_Client], lines: list[str]) -> None:
 
 def relay(address: Address, source: IO[bytes], sink: IO[bytes], wait: float) -> None:
     """Send what ``source`` (a binary stream: the model's standard input) holds to the
-    server at ``address``, and write its answers to ``sink`` (flushed as they come), until
-    the server has answered everything and closed the connection.  A server not there
-    (yet) is tried again every :data:`CONNECT_RETRY` seconds for up to ``wait`` seconds.
+    server at ``address``, and write its answers to ``sink`` (whole lines, flushed as they
+    come), until the server has answered everything and closed the connection.  A server
+    not there (yet) is tried again every :data:`CONNECT_RETRY` seconds for up to ``wait``
+    seconds.
 
     Raises:
-        LmcError: no server at ``address`` within ``wait`` seconds, or the server closed
-            the connection before every ``predict`` request sent had its answer line (it
-            stopped or failed: its own output says why).
+        LmcError: no server at ``address`` within ``wait`` seconds (at once for a path that
+            is not a socket), the server failed one of the queries (its reason given), or
+            it closed the connection before every ``predict`` request sent had its answer
+            line (it stopped or failed: its own output says why).
     """
     sock = _connect(address, wait)
-    sent = [0]                  # predict requests sent, then answer lines received
+    sent = [0]                  # predict requests sent
     ended = threading.Event()   # every request was sent (set before the server is told)
 
     def upstream() -> None:
-        read = getattr(source, "read1", None) or source.read
+        read = _reader(source)
         with contextlib.suppress(OSError, ValueError):
             for block in whole_line_blocks(read):
                 sent[0] += _predicts(block)
@@ -319,20 +388,39 @@ def relay(address: Address, source: IO[bytes], sink: IO[bytes], wait: float) -> 
             sock.shutdown(socket.SHUT_WR)
 
     threading.Thread(target=upstream, daemon=True, name="lmc-relay-up").start()
-    answered = 0
+    answered, failure = 0, None
     try:
-        while data := sock.recv(1 << 16):
-            answered += data.count(b"\n")
-            sink.write(data)
+        for block in whole_line_blocks(sock.recv):
+            at = block.find(FAILURE)
+            if at >= 0:
+                block, failure = block[:at], block[at + len(FAILURE):]
+            answered += block.count(b"\n")
+            sink.write(block)
             sink.flush()
+            if failure is not None:
+                break
     except ConnectionResetError:
         pass
     finally:
         sock.close()
+    if failure is not None:
+        raise LmcError(f"the server at {address.text}: "
+                       f"{failure.decode('utf-8', 'replace').rstrip()}")
     if not ended.is_set() or answered < sent[0]:
         raise LmcError(f"the server at {address.text} closed the connection with "
                        f"{answered:,} of {sent[0]:,}{'' if ended.is_set() else '+'} predict "
                        "requests answered (it stopped or failed: its own output says why)")
+
+
+def _reader(source: IO[bytes]) -> Callable[[int], bytes]:
+    """A ``read(size)`` of ``source``: of its file descriptor where it has one (a thread
+    blocked in it holds no lock of the stream, which would abort the interpreter's exit),
+    else its ``read1`` or ``read``."""
+    try:
+        fd = source.fileno()
+    except (AttributeError, OSError, ValueError):
+        return getattr(source, "read1", None) or source.read
+    return functools.partial(os.read, fd)
 
 
 def _predicts(block: bytes) -> int:
@@ -344,9 +432,12 @@ def _predicts(block: bytes) -> int:
 def _connect(address: Address, wait: float) -> socket.socket:
     deadline = time.monotonic() + wait
     while True:
+        _check_unix_path(address)
         sock = socket.socket(address.family, socket.SOCK_STREAM)
         try:
+            sock.settimeout(max(deadline - time.monotonic(), CONNECT_RETRY))
             sock.connect(address.where)
+            sock.settimeout(None)
             return sock
         except OSError as e:
             sock.close()
@@ -359,4 +450,23 @@ def _connect(address: Address, wait: float) -> socket.socket:
         time.sleep(CONNECT_RETRY)
 
 
-__all__ = ["Address", "address_of", "listen", "serve_shared", "relay"]
+def _check_unix_path(address: Address) -> None:
+    """Raise :class:`LmcError` at once for a Unix socket's path that no server can ever
+    listen at: not a socket, or in a directory that is not there."""
+    if address.family != socket.AF_UNIX:
+        return
+    try:
+        mode = os.stat(address.where).st_mode
+    except FileNotFoundError:
+        parent = os.path.dirname(address.where) or "."
+        if not os.path.isdir(parent):
+            raise LmcError(f"no server at {address.text}: there is no directory "
+                           f"{parent}") from None
+        return
+    except OSError as e:
+        raise LmcError(f"no server at {address.text}: {e.strerror}") from None
+    if not stat.S_ISSOCK(mode):
+        raise LmcError(f"no server at {address.text}: it is not a socket")
+
+
+__all__ = ["Address", "address_of", "listening", "serve_shared", "relay"]
