@@ -27,7 +27,7 @@ import os
 import random
 import sys
 from collections.abc import Callable
-from typing import IO, Any
+from typing import Any
 
 import click
 
