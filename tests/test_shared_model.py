@@ -275,7 +275,7 @@ def test_a_query_that_fails_fails_its_client_only(model_file, tmp_path):
     reason = ("predict_batch failed on a call of 2 queries, the first ('In', ['the']): "
               "RuntimeError: exploded")
     assert bad_err.decode() == f"lmc-neural: error: the server at {sock}: {reason}\n"
-    assert re.fullmatch(f"lmc-neural: client [12]: {re.escape(reason)}; its connection is "
+    assert re.fullmatch(f"lmc-neural: client [23]: {re.escape(reason)}; its connection is "
                         "closed\n", server.errors.getvalue())
     assert model.calls[:4] == [1, 5, 2, 3]  # the primer, both clients, then each apart
 
