@@ -68,6 +68,14 @@ def needs_the_extra(command: Callable[..., None]) -> Callable[..., None]:
     return checked
 
 
+def refuse_the_game() -> None:
+    """Raise :class:`LmcError` if the game ``lmc run`` or ``lmc-dist`` names in the
+    environment is one the neural model does not play (``ce``: :data:`REFUSED_GAMES`)."""
+    why = refused_game(REFUSED_GAMES)
+    if why:
+        raise LmcError(why)
+
+
 @cli.command()
 @click.argument("model", type=click.Path(exists=True))
 @click.option("--device", default="cpu", show_default=True,
@@ -113,9 +121,7 @@ def serve(model: str, device: str, dtype: str, batch_size: int, chunk: int, top:
           random_weights: bool, search_width: int, listen: str | None) -> None:
     """Answer predict/train/clear requests on stdin/stdout (LM Challenge model protocol),
     or, with --listen, those of every client that connects."""
-    why = refused_game(REFUSED_GAMES)     # before the model loads
-    if why:
-        raise LmcError(why)
+    refuse_the_game()     # before the model loads
     tuning.lift_own_limits()  # before torch is imported: its threads are its own choice
     options = dict(model=model, device=device, dtype=dtype, batch_size=batch_size, chunk=chunk,
                    top=top, max_expansions=max_expansions, threads=threads,
@@ -150,9 +156,7 @@ def connect(addresses: tuple[str, ...], wait: float) -> None:
     "lmc-neural connect ADDRESS" we ...`, or as lmc-dist's model, every worker sharing the
     one server). Given several servers' addresses (of the same model), one of them at
     random. Needs no torch: only the server loads the model."""
-    why = refused_game(REFUSED_GAMES)
-    if why:
-        raise LmcError(why)
+    refuse_the_game()
     chosen = [shared.address_of(address) for address in addresses]    # each checked
     shared.relay(random.SystemRandom().choice(chosen), sys.stdin.buffer, sys.stdout.buffer,
                  wait)

@@ -135,16 +135,28 @@ def _lock(address: Address) -> IO[bytes]:
 
 def _clear_stale_socket(address: Address) -> None:
     """Remove a socket file that a dead server left at ``address`` (its lock is held)."""
+    if _socket_there(address, f"cannot listen at {address.text}",
+                     "it is there and is not a socket"):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(address.where)
+
+
+def _socket_there(address: Address, failing: str, other: str) -> bool:
+    """Whether a socket is at the Unix socket path of ``address`` (False: nothing is).
+
+    Raises:
+        LmcError: ``FAILING: OTHER`` for something else there; ``FAILING: REASON`` for a
+            path that cannot be looked at.
+    """
     try:
         mode = os.stat(address.where).st_mode
     except FileNotFoundError:
-        return
+        return False
     except OSError as e:
-        raise LmcError(f"cannot listen at {address.text}: {e.strerror}") from None
+        raise LmcError(f"{failing}: {e.strerror}") from None
     if not stat.S_ISSOCK(mode):
-        raise LmcError(f"cannot listen at {address.text}: it is there and is not a socket")
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(address.where)
+        raise LmcError(f"{failing}: {other}")
+    return True
 
 
 UNSENT_LIMIT = 1 << 24
@@ -425,8 +437,8 @@ def _reader(source: IO[bytes]) -> Callable[[int], bytes]:
 
 def _predicts(block: bytes) -> int:
     """The ``predict`` requests among the lines of ``block`` (which starts a line)."""
-    lines = b"\n" + block
-    return lines.count(b"\npredict\t") + lines.count(b"\npredict\n")
+    first = block.startswith(b"predict\t") or block.startswith(b"predict\n")
+    return first + block.count(b"\npredict\t") + block.count(b"\npredict\n")
 
 
 def _connect(address: Address, wait: float) -> socket.socket:
@@ -455,18 +467,11 @@ def _check_unix_path(address: Address) -> None:
     listen at: not a socket, or in a directory that is not there."""
     if address.family != socket.AF_UNIX:
         return
-    try:
-        mode = os.stat(address.where).st_mode
-    except FileNotFoundError:
+    failing = f"no server at {address.text}"
+    if not _socket_there(address, failing, "it is not a socket"):
         parent = os.path.dirname(address.where) or "."
         if not os.path.isdir(parent):
-            raise LmcError(f"no server at {address.text}: there is no directory "
-                           f"{parent}") from None
-        return
-    except OSError as e:
-        raise LmcError(f"no server at {address.text}: {e.strerror}") from None
-    if not stat.S_ISSOCK(mode):
-        raise LmcError(f"no server at {address.text}: it is not a socket")
+            raise LmcError(f"{failing}: there is no directory {parent}")
 
 
 __all__ = ["Address", "address_of", "listening", "serve_shared", "relay"]
