@@ -30,7 +30,7 @@
 # Each step's output is also in $OUT/STEP.log. A step that runs past its limit is stopped
 # (with its whole process group) and the next one starts; its log says how far it got.
 set -u
-stage=${1:?usage: device_checks.sh 1|2|3|4|5|6}
+stage=${1:?usage: device_checks.sh 1|2|3|4|5|6|7}
 out=${OUT:-/tmp/device-checks}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 LMC_WHEELS_SITE=/tmp/lmc-site
@@ -103,5 +103,29 @@ case $stage in
         --random-weights --device cuda --lines 30000 --base-lines 300 --workers 16 \
         --batch-size 64 --chunk 32 --shared 2
     ;;
-*)  echo "stage 1, 2, 3, 4, 5 or 6" >&2; exit 2 ;;
+7)  # one call for a session of 15 device minutes (2026-11-27): issue 13's shared model
+    # processes (K = 1, 2, 4, 8 for the 16 workers; passes of 64 rows), then the target's
+    # 100k lines with the fastest K; issue 12 with the model in the workers' processes: the
+    # machine's own ceiling (16 lmc runs at once) beside lmc-dist --workers 16, then 1M lines
+    lscpu | grep -E '^(Model name|Thread|Core|Socket|CPU\(s\)|L3)' || true
+    step sweep 160 python3 benchmarks/neural_dist.py --wheels .whl --model smol-skeleton \
+        --random-weights --device cuda --lines 10000 --base-lines 300 --workers 16 \
+        --batch-size 64 --chunk 32 --shared 1,2,4,8
+    best=$(python3 - "$out/sweep.log" <<'EOF'
+import re, sys
+rates = [(float(r.replace(",", "")), k) for k, r in re.findall(
+    r"--listen \((\d+) shared\): \d+ words in [\d.]+ s: ([\d,]+) words/s", open(sys.argv[1]).read())]
+print(max(rates)[1] if rates else 4)
+EOF
+)
+    echo "the fastest K: $best"
+    step target 150 python3 benchmarks/neural_dist.py --wheels .whl --model smol-skeleton \
+        --random-weights --device cuda --lines 100000 --base-lines 300 --workers 16 \
+        --batch-size 64 --chunk 32 --shared "$best"
+    step we16inpar 100 python3 benchmarks/scaling.py --wheels .whl --games we --lines 100000 \
+        --base-lines 20000 --workers 16 --in-process --parallel-runs --json "$out/we16inpar.json"
+    step we1Min 120 python3 benchmarks/scaling.py --wheels .whl --games we --lines 1000000 \
+        --base-lines 20000 --workers 16 --in-process --json "$out/we1Min.json"
+    ;;
+*)  echo "stage 1, 2, 3, 4, 5, 6 or 7" >&2; exit 2 ;;
 esac

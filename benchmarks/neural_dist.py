@@ -3,7 +3,7 @@
     lmc-neural skeleton models/SmolLM2-135M-Instruct.Q4_1.gguf smol-skeleton   # 3.5 MB
     python benchmarks/neural_dist.py --model smol-skeleton --random-weights --device cuda \\
         [--lines 100000] [--base-lines 2000] [--workers 16] [--dtype auto] [--batch-size 1[,16..]]
-        [--chunk 32[,128..]] [--shared [K]] [--wheels DIR]
+        [--chunk 32[,128..]] [--shared [K[,K..]]] [--wheels DIR]
 
 Corpus: ``--lines`` lines of the shipped KJV text (cycled, as ``benchmarks/scaling.py``
 builds it).  Model: ``lmc-neural serve MODEL`` with the options given, one process per
@@ -17,10 +17,11 @@ baseline's lines are from ``lmc run``'s (equal on a CPU; on a GPU the rows batch
 change the kernels' sums, by about float32's or bfloat16's rounding).  Issue 13's target: >= 50,000 words/s on >= 100k lines on the
 device machine (one H100, 16 cores).
 
-``--shared [K]``: the ``lmc-dist`` runs use K model processes (default 1) for all workers
+``--shared [K[,K..]]``: the ``lmc-dist`` runs use K model processes (default 1; a comma list:
+a run for each, 0 meaning a process per worker) for all workers
 (``lmc-neural serve --listen SOCKET``, started before and stopped after each run, their load
-not timed; the workers' model command ``lmc-neural connect SOCKET...``, each worker's relay
-picking one at random): the queries of the workers of a server share its passes, instead of
+not timed; the workers' model command ``lmc-neural connect SOCKET...``, worker N's relay
+taking server N modulo K): the queries of the workers of a server share its passes, instead of
 a process per worker taking turns on the GPU.
 
 ``--random-weights``: the architecture and tokenizer of ``--model`` (a ``lmc-neural
@@ -79,35 +80,37 @@ def main() -> None:
     parser.add_argument("--base-lines", type=int, default=2_000)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--wheels", type=Path, default=None, metavar="DIR")
-    parser.add_argument("--shared", type=int, nargs="?", const=1, default=0, metavar="K",
-                        help="lmc-dist's workers share K model processes (lmc-neural connect)")
+    parser.add_argument("--shared", nargs="?", const="1", default="0", metavar="K[,K..]",
+                        help="lmc-dist's workers share K model processes (lmc-neural connect); "
+                             "a comma list: one run each")
     args = parser.parse_args()
     if args.wheels is not None:
         reexec_with_wheels(args.wheels)
     bin_dir = Path(os.environ.get("LMC_SCALING_BIN", Path(sys.executable).parent))
-    configs = [(batch, chunk) for batch in _ints(args.batch_size) for chunk in _ints(args.chunk)]
+    configs = [(batch, chunk, shared) for batch in _ints(args.batch_size)
+               for chunk in _ints(args.chunk) for shared in _ints(args.shared)]
     work = Path(tempfile.mkdtemp(prefix="lmc-neural-dist-"))
     try:
         corpus, base = work / "corpus.txt", work / "base.txt"
         build_corpus(corpus, args.lines, "kjv")
         build_corpus(base, min(args.base_lines, args.lines), "kjv")
         print(f"machine: {os.cpu_count()} CPUs", flush=True)
-        model, window = _model(bin_dir, args, *configs[0])
+        model, window = _model(bin_dir, args, *configs[0][:2])
         base_s, result = timed([str(bin_dir / "lmc"), "run", "--timeout", "600", "--window",
                                 window, model, "we", str(base)], stdout=subprocess.PIPE)
         base_log = [json.loads(line) for line in result.stdout.splitlines()]
         base_rate = len(base_log) / base_s
         print(f"lmc run, {args.base_lines} lines, {model}: {len(base_log)} words in {base_s:.1f} "
               f"s: {base_rate:,.0f} words/s (model load included)", flush=True)
-        for batch, chunk in configs:
+        for batch, chunk, shared in configs:
             model, window = _model(bin_dir, args, batch, chunk)
-            if not args.shared:
-                _dist_run(bin_dir, args, model, window, corpus, work / f"run-{batch}-{chunk}",
-                          base_log, base_rate)
+            run_dir = work / f"run-{batch}-{chunk}-{shared}"
+            if not shared:
+                _dist_run(bin_dir, args, model, window, corpus, run_dir, base_log, base_rate)
                 continue
-            with _shared_servers(bin_dir, model, work, args.shared) as connect:
-                _dist_run(bin_dir, args, connect, window, corpus, work / f"run-{batch}-{chunk}",
-                          base_log, base_rate, label=f"{model} --listen ({args.shared} shared)")
+            with _shared_servers(bin_dir, model, work, shared) as connect:
+                _dist_run(bin_dir, args, connect, window, corpus, run_dir, base_log, base_rate,
+                          label=f"{model} --listen ({shared} shared)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -29,7 +29,7 @@ from typing import Any
 from distributed import WorkerPlugin, get_worker
 
 from lmchallenge.errors import InputError, LmcError, ModelError
-from lmchallenge.tuning import freeze_heap
+from lmchallenge.tuning import WORKER_VARIABLE, freeze_heap
 from lmchallenge.games.runner import Game, run_game
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.logs.io import write_log
@@ -103,6 +103,8 @@ class ModelPool(WorkerPlugin):
     def setup(self, worker=None) -> None:
         self.__init__()
         quiet_worker(worker)
+        if worker is not None:      # for the model processes this worker starts
+            os.environ[WORKER_VARIABLE] = str(worker.name)
         if os.environ.get(EMBEDDED_WORKER):     # a Python model's prints: not into the stats
             with contextlib.suppress(AttributeError, OSError):     # a closed stdout or stderr
                 sys.stdout.flush()

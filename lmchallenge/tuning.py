@@ -67,6 +67,12 @@ GAME_VARIABLE = "LMC_GAME"
 ``wr``, ``ce``): a model that cannot play one refuses it (docs/formats.md)."""
 
 
+WORKER_VARIABLE = "LMC_WORKER"
+"""The environment variable that tells a model process the name of the ``lmc-dist`` worker
+that started it (set in the worker's process; absent under ``lmc run``): ``lmc-neural
+connect`` spreads the workers over its servers by it."""
+
+
 def model_environment(game: str | None = None) -> dict[str, str]:
     """The environment for a model process this process starts: its own, without the
     limits of :func:`own_limits`, so that ``lmc run``'s one model computes with the threads

@@ -325,7 +325,8 @@ def test_tcp(model_file):
 
 
 def test_several_servers_share_the_clients(model_file, tmp_path):
-    """``connect A B``: each relay picks one of the servers; all are answered alike."""
+    """``connect A B`` outside lmc-dist: each relay picks one of the servers at random; all
+    are answered alike."""
     socks = [str(tmp_path / "a.sock"), str(tmp_path / "b.sock")]
     models = [Batched(NgramModel(str(model_file))) for _ in socks]
     with Server(models[0], socks[0]), Server(models[1], socks[1]):
@@ -336,6 +337,33 @@ def test_several_servers_share_the_clients(model_file, tmp_path):
             out, err = relay.communicate(b"predict\tIn the \n", timeout=60)
             assert relay.returncode == 0 and out == in_the(model_file), err
     assert all(model.calls for model in models)     # (one unused: 1 in 500,000)
+
+
+def test_a_worker_takes_the_server_of_its_number_and_other_clients_one_at_random():
+    addresses = [shared.address_of(a) for a in ("/tmp/a.sock", "/tmp/b.sock", "[::1]:7000")]
+    assert [shared.chosen(addresses, name).text for name in ("0", "1", "2", "3", "worker-7")] \
+        == ["/tmp/a.sock", "/tmp/b.sock", "[::1]:7000", "/tmp/a.sock", "/tmp/b.sock"]
+    for name in (None, "", "tcp://10.0.0.5:x"):
+        assert {shared.chosen(addresses, name).text for _ in range(200)} \
+            == {a.text for a in addresses}
+
+
+def test_lmc_dist_workers_are_spread_over_the_servers(model_file, lines, tmp_path):
+    """The embedded cluster's workers 0 and 1 with ``connect A B``: worker 0's model is A,
+    worker 1's B (not at random: each server gets one of them)."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    socks = [str(tmp_path / "a.sock"), str(tmp_path / "b.sock")]
+    models = [Batched(NgramModel(str(model_file))) for _ in socks]
+    log = tmp_path / "workers.txt"     # each model process's LMC_WORKER
+    command = f"sh -c 'echo $LMC_WORKER >> {log}; exec {connect(*socks)}'"
+    with Server(models[0], socks[0]), Server(models[1], socks[1]):
+        run = subprocess.run([str(BIN / "lmc-dist"), "run", command, "we", "--input",
+                              str(corpus), "--run-dir", str(tmp_path / "run"), "--workers", "2",
+                              "--partition-chars", "600"], capture_output=True, timeout=300)
+        assert run.returncode == 0, run.stderr.decode()
+    assert set(log.read_text().split()) == {"0", "1"}
+    assert all(model.calls for model in models)
 
 
 def test_a_client_that_does_not_read_its_answers_holds_up_only_itself(model_file, tmp_path):

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import os
-import random
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -154,12 +153,14 @@ def connect(addresses: tuple[str, ...], wait: float) -> None:
     """The model command for a model served with `lmc-neural serve MODEL --listen ADDRESS`:
     pass the protocol's requests on stdin to it and its answers to stdout (`lmc run
     "lmc-neural connect ADDRESS" we ...`, or as lmc-dist's model, every worker sharing the
-    one server). Given several servers' addresses (of the same model), one of them at
-    random. Needs no torch: only the server loads the model."""
+    one server). Given several servers' addresses (of the same model), an lmc-dist worker
+    whose name ends in a number N (those of the embedded cluster: 0, 1, ...) takes the
+    address N modulo their count, so that the workers are spread evenly; any other client
+    one at random. Needs no torch: only the server loads the model."""
     refuse_the_game()
-    chosen = [shared.address_of(address) for address in addresses]    # each checked
-    shared.relay(random.SystemRandom().choice(chosen), sys.stdin.buffer, sys.stdout.buffer,
-                 wait)
+    every = [shared.address_of(address) for address in addresses]    # each checked
+    shared.relay(shared.chosen(every, os.environ.get(tuning.WORKER_VARIABLE)), sys.stdin.buffer,
+                 sys.stdout.buffer, wait)
 
 
 @cli.command()

@@ -32,6 +32,7 @@ import fcntl
 import functools
 import os
 import queue
+import random
 import re
 import socket
 import stat
@@ -371,6 +372,17 @@ def _send(owners: list[_Client], lines: list[str]) -> None:
         by_client.setdefault(client, []).append(line)
     for client, mine in by_client.items():
         client.send("".join(mine))
+
+
+def chosen(addresses: list[Address], worker: str | None) -> Address:
+    """The server a relay connects to: with ``worker`` (an ``lmc-dist`` worker's name,
+    :data:`lmchallenge.tuning.WORKER_VARIABLE`) ending in a number N, ``addresses[N %
+    len(addresses)]`` (the embedded cluster's workers 0 to W-1 spread evenly over them);
+    otherwise one at random."""
+    number = re.search(r"[0-9]+$", worker or "")
+    if number is None:
+        return random.SystemRandom().choice(addresses)
+    return addresses[int(number.group()) % len(addresses)]
 
 
 def relay(address: Address, source: IO[bytes], sink: IO[bytes], wait: float) -> None:
