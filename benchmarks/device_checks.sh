@@ -27,10 +27,14 @@
 #   the 100k-line `we` at 16 workers (1.84x the limit over the pipe), then 1M lines of `we`
 #   (the n-gram's CPU per query fell by a quarter since: 0a8fe3a; "ngram_model"); stage 5
 #   (timeout_s 200): the 1M lines over the pipe again
+# Stage 7 ran on 2026-11-27 (one call, 446 s; BENCHMARKS.md): the next session lent the
+# machine runs stage 8 first (timeout_s 240: where one GPU model process's time goes), then
+# with the time left stage 7's `target` step alone (the 100k lines with 8 or 16 shared
+# processes under MPS: `nvidia-cuda-mps-control -d` first; the best on 10,000 lines).
 # Each step's output is also in $OUT/STEP.log. A step that runs past its limit is stopped
 # (with its whole process group) and the next one starts; its log says how far it got.
 set -u
-stage=${1:?usage: device_checks.sh 1|2|3|4|5|6|7}
+stage=${1:?usage: device_checks.sh 1|2|3|4|5|6|7|8}
 out=${OUT:-/tmp/device-checks}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 LMC_WHEELS_SITE=/tmp/lmc-site
@@ -127,5 +131,13 @@ EOF
     step we1Min 120 python3 benchmarks/scaling.py --wheels .whl --games we --lines 1000000 \
         --base-lines 20000 --workers 16 --in-process --json "$out/we1Min.json"
     ;;
-*)  echo "stage 1, 2, 3, 4, 5, 6 or 7" >&2; exit 2 ;;
+8)  # issue 13: where one GPU model process's time goes (stage 7: a shared process is bound
+    # by its host side, about 140 us a word with the GPU busy 15%): we on 2,000 lines with
+    # passes of 64 rows (words/s, host side outside the passes), then 300 lines under
+    # cProfile and under torch.profiler (torch ops by own CPU and device time)
+    step profile 200 python3 benchmarks/neural.py --wheels .whl --model smol-skeleton \
+        --random-weights --device cuda --batch-size 64 --lines 2000 --wc-lines 0 \
+        --profile 300 --no-ngram
+    ;;
+*)  echo "stage 1, 2, 3, 4, 5, 6, 7 or 8" >&2; exit 2 ;;
 esac

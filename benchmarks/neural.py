@@ -4,6 +4,7 @@
     python benchmarks/neural.py [--model models/SmolLM2-135M-Instruct.Q4_1.gguf]
         [--lines 200] [--wc-lines 4] [--device cpu|cuda] [--dtype auto] [--batch-size 1]
         [--chunk 32] [--search-width 16] [--threads N] [--random-weights] [--count-ops LINES]
+        [--profile LINES] [--no-ngram] [--wheels DIR]
 
 Runs ``we`` on the first ``--lines`` lines of data/kjv/test.sample.txt and ``wc`` (next-word
 predictions only, unless ``--wc-prefixes``: then every prefix of every word is a search too)
@@ -15,7 +16,12 @@ neural model it also prints the host side's time per word: the run's wall time o
 the forward passes and the reductions of their log-probabilities (what a GPU does not
 speed up: tokenizing, the games, the scores' bookkeeping).  ``--count-ops LINES``: then the
 torch ops a forward pass of ``we`` dispatches outside the model, and the copies among them
-(each a kernel on a GPU), counted on LINES lines with a fresh model.
+(each a kernel on a GPU), counted on LINES lines with a fresh model.  ``--profile LINES``:
+then ``we`` on LINES lines with a fresh model under :mod:`cProfile` (the Python functions
+by their own time), and again with another under ``torch.profiler`` (the torch ops by their
+own CPU time and, on CUDA, by their own device time): where a GPU run's host time goes.
+``--no-ngram``: no n-gram runs.  ``--wheels DIR``: as for ``benchmarks/scaling.py`` (the
+device machine).
 
 ``--random-weights``: the same architecture and tokenizer as ``--model`` (config and tokenizer
 read from the directory or GGUF file, or from the few-MB directory ``lmc-neural skeleton
@@ -26,6 +32,9 @@ machine the model file cannot travel to can still measure it.
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
+import pstats
 import subprocess
 import sys
 import tempfile
@@ -113,6 +122,44 @@ def count_ops(model, game, lines) -> tuple[int, int, int]:
     return engine.forward_passes - passes, counter.ops, counter.copies
 
 
+def profiled(args, game, lines) -> None:
+    """Print where ``game`` over ``lines`` spends its time: Python functions (cProfile) with
+    one fresh model, then torch ops (``torch.profiler``; on CUDA with their device time)
+    with another."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    model = build_neural(args)
+    model.predict(lines[-1][:30], None)
+    profiler = cProfile.Profile()
+    start = time.perf_counter()
+    profiler.enable()
+    count = sum(1 for _ in game(model, lines))
+    profiler.disable()
+    elapsed = time.perf_counter() - start
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(25)
+    print(f"profile, {len(lines)} lines, {count} words in {elapsed:.1f} s under cProfile "
+          f"({model.engine.forward_passes} forward passes):\n{out.getvalue()}", flush=True)
+    cuda = args.device.startswith("cuda")
+    model = build_neural(args)
+    model.predict(lines[-1][:30], None)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    start = time.perf_counter()
+    with profile(activities=activities) as torch_profile:
+        count = sum(1 for _ in game(model, lines))
+        if cuda:
+            torch.cuda.synchronize()
+    elapsed = time.perf_counter() - start
+    averages = torch_profile.key_averages()
+    print(f"torch.profiler, {count} words in {elapsed:.1f} s ({model.engine.forward_passes} "
+          f"forward passes), by own CPU time:\n"
+          f"{averages.table(sort_by='self_cpu_time_total', row_limit=25)}", flush=True)
+    if cuda:
+        print("by own device time:\n"
+              f"{averages.table(sort_by='self_cuda_time_total', row_limit=15)}", flush=True)
+
+
 def timed(game, model, lines) -> tuple[int, float]:
     start = time.perf_counter()
     count = sum(1 for _ in game(model, lines))
@@ -139,7 +186,15 @@ def main() -> None:
     parser.add_argument("--count-ops", type=int, default=0, metavar="LINES",
                         help="then count the torch ops (and copies) outside the model per "
                              "forward pass, a fresh model's we on LINES lines")
+    parser.add_argument("--profile", type=int, default=0, metavar="LINES",
+                        help="then profile we on LINES lines (cProfile, torch.profiler)")
+    parser.add_argument("--no-ngram", action="store_true", help="no n-gram runs")
+    parser.add_argument("--wheels", type=Path, default=None, metavar="DIR")
     args = parser.parse_args()
+    if args.wheels is not None:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from scaling import reexec_with_wheels
+        reexec_with_wheels(args.wheels)
 
     from lmchallenge import games
     from lmchallenge.model.ngram import NgramModel
@@ -173,6 +228,10 @@ def main() -> None:
               f"{ops / passes:.0f} torch ops a pass, {copies / passes:.1f} of them copies",
               flush=True)
 
+    if args.profile:
+        profiled(args, games.we, lines[:args.profile])
+    if args.no_ngram:
+        return
     with tempfile.TemporaryDirectory() as tmp:
         ngram_file = args.ngram
         if ngram_file is None:
