@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 
 import click
@@ -239,7 +240,6 @@ def run_ce(ctx, **kw):
 def run_wr(ctx, vocab, seed, num_candidates, error_chars, p_anykey, **kw):
     """Word reranking: rescoring candidates for corrupted words (Hit@1); VOCAB: a word list
     every worker can read."""
-    import os
     _execute(ctx, GameSpec("wr", {"vocab": os.path.abspath(vocab), "seed": seed,
                                   "num_candidates": num_candidates, "error_chars": error_chars,
                                   "p_anykey": p_anykey}), kw)
@@ -252,6 +252,8 @@ def run_wr(ctx, vocab, seed, num_candidates, error_chars, p_anykey, **kw):
 def stats_cmd(run_dir, **uncertainty):
     """Re-reduce RUN_DIR's partitions into its statistics (honours grep's select flags);
     with --confidence, the bootstrap intervals of `lmc stats --confidence` under "ci"."""
+    if not os.path.isdir(run_dir):      # click lets a device (/dev/null) through
+        raise click.BadParameter(f"{run_dir!r} is not a directory", param_hint="'RUN_DIR'")
     set_verbosity(0)      # warnings as every command gives them (WARNING<TAB>...)
     stats = reduce.stats_of_run_dir(run_dir)
     if uncertainty["confidence"] is not None:

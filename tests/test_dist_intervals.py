@@ -49,3 +49,15 @@ def test_run_intervals_equal_lmc_stats_confidence(tmp_path, commits, game):  # n
     assert single == {k: v for k, v in stats.items() if k != "ci"}
     for key, interval in stats["ci"].items():
         assert interval == pytest.approx(ci[key], rel=1e-12, abs=0)
+
+
+@pytest.mark.parametrize("path", ["/dev/null", "empty"])
+def test_stats_of_what_is_not_a_run_dir_is_refused(tmp_path, path):
+    """A device (click lets it through as "not a file") and an empty directory: an error,
+    not the statistics of nothing."""
+    if path == "empty":
+        path = str(tmp_path)
+    run = subprocess.run([str(BIN / "lmc-dist"), "stats", path], capture_output=True, text=True)
+    assert run.returncode == 2 and run.stdout == ""
+    assert (f"'{path}' is not a directory" if path == "/dev/null"
+            else f"{path}: not a log: directory has no part-NNNNN") in run.stderr
