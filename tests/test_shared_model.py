@@ -340,12 +340,39 @@ def test_several_servers_share_the_clients(model_file, tmp_path):
 
 
 def test_a_worker_takes_the_server_of_its_number_and_other_clients_one_at_random():
-    addresses = [shared.address_of(a) for a in ("/tmp/a.sock", "/tmp/b.sock", "[::1]:7000")]
-    assert [shared.chosen(addresses, name).text for name in ("0", "1", "2", "3", "worker-7")] \
+    texts = ["/tmp/a.sock", "/tmp/b.sock", "[::1]:7000"]
+    addresses = [shared.address_of(a) for a in texts]
+
+    def order(name):
+        return [a.text for a in shared.in_preference(addresses, name)]
+
+    assert [order(name)[0] for name in ("0", "1", "2", "3", "worker-7")] \
         == ["/tmp/a.sock", "/tmp/b.sock", "[::1]:7000", "/tmp/a.sock", "/tmp/b.sock"]
+    assert order("1") == ["/tmp/b.sock", "[::1]:7000", "/tmp/a.sock"]   # then the others
     for name in (None, "", "tcp://10.0.0.5:x"):
-        assert {shared.chosen(addresses, name).text for _ in range(200)} \
-            == {a.text for a in addresses}
+        orders = {tuple(order(name)) for _ in range(200)}
+        assert {o[0] for o in orders} == set(texts)
+        assert all(sorted(o) == sorted(texts) for o in orders)
+
+
+def test_a_relay_whose_server_is_not_there_takes_another_after_the_wait(model_file, tmp_path):
+    """Worker 0's server (A) is down: after --wait its relay connects to B; with no
+    server at all, every address is named."""
+    socks = [str(tmp_path / "a.sock"), str(tmp_path / "b.sock")]
+    env = {**os.environ, "LMC_WORKER": "0"}
+    with Server(Batched(NgramModel(str(model_file))), socks[1]):
+        relay = subprocess.run(connect(*socks, "--wait", "0.5").split(),
+                               input=b"predict\tIn the \n", capture_output=True, timeout=60,
+                               env=env)
+    assert relay.returncode == 0 and relay.stderr == b""
+    assert relay.stdout == in_the(model_file)
+    relay = subprocess.run(connect(*socks, "--wait", "0.5").split(), input=b"",
+                           capture_output=True, timeout=60, env=env)
+    assert relay.returncode == 2
+    assert relay.stderr.decode() == (
+        f"lmc-neural: error: no server at {socks[0]} after 0.5 s: No such file or directory "
+        f"(start it with `lmc-neural serve MODEL --listen ADDRESS`); none at {socks[1]} "
+        "either\n")
 
 
 def test_lmc_dist_workers_are_spread_over_the_servers(model_file, lines, tmp_path):

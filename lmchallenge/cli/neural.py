@@ -156,11 +156,12 @@ def connect(addresses: tuple[str, ...], wait: float) -> None:
     one server). Given several servers' addresses (of the same model), an lmc-dist worker
     whose name ends in a number N (those of the embedded cluster: 0, 1, ...) takes the
     address N modulo their count, so that the workers are spread evenly; any other client
-    one at random. Needs no torch: only the server loads the model."""
+    one at random. If that server is not there after --wait, the others are tried in
+    turn. Needs no torch: only the server loads the model."""
     refuse_the_game()
     every = [shared.address_of(address) for address in addresses]    # each checked
-    shared.relay(shared.chosen(every, os.environ.get(tuning.WORKER_VARIABLE)), sys.stdin.buffer,
-                 sys.stdout.buffer, wait)
+    shared.relay(shared.in_preference(every, os.environ.get(tuning.WORKER_VARIABLE)),
+                 sys.stdin.buffer, sys.stdout.buffer, wait)
 
 
 @cli.command()

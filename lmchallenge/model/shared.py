@@ -374,31 +374,34 @@ def _send(owners: list[_Client], lines: list[str]) -> None:
         client.send("".join(mine))
 
 
-def chosen(addresses: list[Address], worker: str | None) -> Address:
-    """The server a relay connects to: with ``worker`` (an ``lmc-dist`` worker's name,
-    :data:`lmchallenge.tuning.WORKER_VARIABLE`) ending in a number N, ``addresses[N %
-    len(addresses)]`` (the embedded cluster's workers 0 to W-1 spread evenly over them);
-    otherwise one at random."""
+def in_preference(addresses: list[Address], worker: str | None) -> list[Address]:
+    """``addresses`` in the order a relay tries them, the one it is meant to use first:
+    with ``worker`` (an ``lmc-dist`` worker's name, :data:`lmchallenge.tuning.WORKER_VARIABLE`)
+    ending in a number N, ``addresses[N % len(addresses)]`` (the embedded cluster's workers
+    0 to W-1 spread evenly over them), otherwise one at random; then the others, in their
+    order after it."""
     number = re.search(r"[0-9]+$", worker or "")
-    if number is None:
-        return random.SystemRandom().choice(addresses)
-    return addresses[int(number.group()) % len(addresses)]
+    first = (random.SystemRandom().randrange(len(addresses)) if number is None
+             else int(number.group()) % len(addresses))
+    return addresses[first:] + addresses[:first]
 
 
-def relay(address: Address, source: IO[bytes], sink: IO[bytes], wait: float) -> None:
+def relay(addresses: list[Address], source: IO[bytes], sink: IO[bytes], wait: float) -> None:
     """Send what ``source`` (a binary stream: the model's standard input) holds to the
-    server at ``address``, and write its answers to ``sink`` (whole lines, flushed as they
-    come), until the server has answered everything and closed the connection.  A server
-    not there (yet) is tried again every :data:`CONNECT_RETRY` seconds for up to ``wait``
-    seconds.
+    server at ``addresses[0]``, and write its answers to ``sink`` (whole lines, flushed as
+    they come), until the server has answered everything and closed the connection.  A
+    server not there (yet) is tried again every :data:`CONNECT_RETRY` seconds for up to
+    ``wait`` seconds; then each of the other ``addresses`` once, in order (servers of the
+    same model: one that is down costs its clients the wait, not the run).
 
     Raises:
-        LmcError: no server at ``address`` within ``wait`` seconds (at once for a path that
-            is not a socket), the server failed one of the queries (its reason given), or
-            it closed the connection before every ``predict`` request sent had its answer
-            line (it stopped or failed: its own output says why).
+        LmcError: no server at any of ``addresses`` (within ``wait`` seconds for the first;
+            at once for a path that is not a socket), the server failed one of the
+            queries (its reason given), or it closed the connection before every
+            ``predict`` request sent had its answer line (it stopped or failed: its own
+            output says why).
     """
-    sock = _connect(address, wait)
+    address, sock = _connect_first(addresses, wait)
     sent = [0]                  # predict requests sent
     ended = threading.Event()   # every request was sent (set before the server is told)
 
@@ -453,6 +456,21 @@ def _predicts(block: bytes) -> int:
     return first + block.count(b"\npredict\t") + block.count(b"\npredict\n")
 
 
+def _connect_first(addresses: list[Address], wait: float) -> tuple[Address, socket.socket]:
+    """The first of ``addresses`` with a server (the first waited for, the others tried
+    once) and the connection to it."""
+    try:
+        return addresses[0], _connect(addresses[0], wait)
+    except LmcError as failure:
+        for address in addresses[1:]:
+            with contextlib.suppress(LmcError):
+                return address, _connect(address, 0.0)
+        if len(addresses) > 1:
+            raise LmcError(f"{failure}; none at {', '.join(a.text for a in addresses[1:])} "
+                           "either") from None
+        raise
+
+
 def _connect(address: Address, wait: float) -> socket.socket:
     deadline = time.monotonic() + wait
     while True:
@@ -486,4 +504,4 @@ def _check_unix_path(address: Address) -> None:
             raise LmcError(f"{failing}: there is no directory {parent}")
 
 
-__all__ = ["Address", "address_of", "listening", "serve_shared", "relay"]
+__all__ = ["Address", "address_of", "listening", "serve_shared", "in_preference", "relay"]
