@@ -156,3 +156,29 @@ def test_a_gzipped_log_names_itself_not_its_temporary_file(tmp_path):
     assert header[3] & 0x08                       # FNAME set (RFC 1952)
     assert header[10:header.index(b"\0", 10)] == b"out.jsonl"
     assert gzip.decompress(header) == (DATA / "mixed.we.jsonl").read_bytes()
+
+
+@pytest.mark.parametrize("field", ["target", "message"])
+@pytest.mark.parametrize("source", ["file", "run_dir"])
+def test_a_parquet_log_with_a_null_is_refused_not_written_as_jsonl(tmp_path, field, source):
+    """A Parquet column can hold a null that jsonl cannot: the datum is named as `lmc
+    validate` names it, and nothing is written (it wrote the null, exit 0)."""
+    import pandas
+
+    frame = pandas.DataFrame(load_jsonlines(str(DATA / "kjv.o2.we.jsonl")))
+    frame[field] = frame[field].astype(object)
+    frame.loc[3, field] = None
+    if source == "file":
+        log = tmp_path / "bad.parquet"
+        frame.to_parquet(log)
+    else:
+        log = tmp_path / "run"
+        log.mkdir()
+        frame.iloc[:2].to_parquet(log / "part-00000.parquet")
+        frame.iloc[2:].to_parquet(log / "part-00001.parquet")
+    out = tmp_path / "out.jsonl"
+    run = subprocess.run([sys.executable, "-m", "lmchallenge", "convert", str(log), "-o",
+                          str(out)], capture_output=True, text=True)
+    assert run.returncode == 2 and not out.exists()
+    kind = "string" if field == "target" else "integer"
+    assert run.stderr == f"lmc: error: {log}:4: field {field}: None is not of type '{kind}'\n"

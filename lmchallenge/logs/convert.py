@@ -19,9 +19,9 @@ import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 
+from lmchallenge.errors import InputError
 from lmchallenge.logs.files import (atomic_path, check_writable, is_gzip_name, is_parquet_name,
                                    open_output, run_dir_parts)
-
 from lmchallenge.logs.io import read_log, write_log
 from lmchallenge.logs.schema import Datum, detect_game
 
@@ -57,7 +57,23 @@ def convert(source: str, destination: str, game: str | None = None) -> int:
     first, data = _peek(read_log(source))
     if game is None and first is not None:
         game = detect_game(first)
-    return write_log(data, destination, game=game)
+    return write_log(_nulls_refused(data, source), destination, game=game)
+
+
+NOT_NULL = ("message", "token", "character", "target")
+"""Fields every log datum has a value for: a Parquet column can hold a null where jsonl
+cannot (``lmc validate`` refuses it), and the Parquet writer refuses one."""
+
+
+def _nulls_refused(data: Iterable[Datum], name: str) -> Iterator[Datum]:
+    """The datums of ``data``; InputError ``NAME:N: field F: None is not of type ...`` (N
+    counting datums from 1, as ``lmc validate`` does) for the first with a null in a
+    :data:`NOT_NULL` field, so that no log is written that the other commands refuse."""
+    for number, datum in enumerate(data, start=1):
+        if any(key in datum and datum[key] is None for key in NOT_NULL):
+            from lmchallenge.logs.check import problem
+            raise InputError(name, number, problem(datum) or "a null field")
+        yield datum
 
 
 # --- joining log files ------------------------------------------------------------------------
@@ -86,8 +102,9 @@ written, have one more dot in front)."""
 
 
 def convert_file(source: str, destination: str, game: str | None) -> None:
-    """Write the log file ``source`` again as ``destination``, in the form its name says."""
-    write_log(read_log(source), destination, game=game)
+    """Write the log file ``source`` again as ``destination``, in the form its name says
+    (a datum with a null where a log has a value refused: :data:`NOT_NULL`)."""
+    write_log(_nulls_refused(read_log(source), source), destination, game=game)
 
 
 def convert_each(pairs: Sequence[tuple[str, str]], game: str | None) -> None:
