@@ -28,9 +28,8 @@
 #   (the n-gram's CPU per query fell by a quarter since: 0a8fe3a; "ngram_model"); stage 5
 #   (timeout_s 200): the 1M lines over the pipe again
 # Stage 7 ran on 2026-11-27 (one call, 446 s; BENCHMARKS.md): the next session lent the
-# machine runs stage 8 first (timeout_s 240: where one GPU model process's time goes), then
-# with the time left stage 7's `target` step alone (the 100k lines with 8 or 16 shared
-# processes under MPS: `nvidia-cuda-mps-control -d` first; the best on 10,000 lines).
+# machine runs stage 8 first (timeout_s 570: where one GPU model process's time goes, then
+# passes of 64 and 256 rows for 8 shared processes under MPS, the faster on 100k lines).
 # Each step's output is also in $OUT/STEP.log. A step that runs past its limit is stopped
 # (with its whole process group) and the next one starts; its log says how far it got.
 set -u
@@ -132,12 +131,31 @@ EOF
         --base-lines 20000 --workers 16 --in-process --json "$out/we1Min.json"
     ;;
 8)  # issue 13: where one GPU model process's time goes (stage 7: a shared process is bound
-    # by its host side, about 140 us a word with the GPU busy 15%): we on 2,000 lines with
-    # passes of 64 rows (words/s, host side outside the passes), then 300 lines under
-    # cProfile and under torch.profiler (torch ops by own CPU and device time)
-    step profile 200 python3 benchmarks/neural.py --wheels .whl --model smol-skeleton \
-        --random-weights --device cuda --batch-size 64 --lines 2000 --wc-lines 0 \
-        --profile 300 --no-ngram
+    # by its host side, about 140 us a word with the GPU busy 15%; on 2 CPUs HF's forward
+    # costs milliseconds of Python a layer a pass, whatever the rows): we on 1,000 lines with
+    # passes of 64 rows, then 200 lines under cProfile and torch.profiler; then, with the
+    # MPS daemon, 8 shared processes with passes of 64 and 256 rows (fewer passes a word),
+    # and the faster on 100k lines (the target)
+    step profile 150 python3 benchmarks/neural.py --wheels .whl --model smol-skeleton \
+        --random-weights --device cuda --batch-size 64 --lines 1000 --wc-lines 0 \
+        --profile 200 --no-ngram
+    nvidia-cuda-mps-control -d && echo "MPS daemon started"
+    step passes 190 python3 benchmarks/neural_dist.py --wheels .whl --model smol-skeleton \
+        --random-weights --device cuda --lines 10000 --base-lines 50 --workers 16 \
+        --batch-size 64,256 --chunk 32 --shared 8
+    best=$(python3 - "$out/passes.log" <<'EOF'
+import re, sys
+rates = [(float(r.replace(",", "")), b) for b, r in re.findall(
+    r"--batch-size (\d+) .*?--listen \(\d+ shared\): \d+ words in [\d.]+ s: ([\d,]+) words/s",
+    open(sys.argv[1]).read())]
+print(max(rates)[1] if rates else 256)
+EOF
+)
+    echo "the faster --batch-size: $best"
+    step target 200 python3 benchmarks/neural_dist.py --wheels .whl --model smol-skeleton \
+        --random-weights --device cuda --lines 100000 --base-lines 50 --workers 16 \
+        --batch-size "$best" --chunk 32 --shared 8
+    echo quit | nvidia-cuda-mps-control
     ;;
 *)  echo "stage 1, 2, 3, 4, 5, 6, 7 or 8" >&2; exit 2 ;;
 esac
