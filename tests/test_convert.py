@@ -158,27 +158,51 @@ def test_a_gzipped_log_names_itself_not_its_temporary_file(tmp_path):
     assert gzip.decompress(header) == (DATA / "mixed.we.jsonl").read_bytes()
 
 
-@pytest.mark.parametrize("field", ["target", "message"])
-@pytest.mark.parametrize("source", ["file", "run_dir"])
-def test_a_parquet_log_with_a_null_is_refused_not_written_as_jsonl(tmp_path, field, source):
+@pytest.mark.parametrize("log, field, kind, source", [
+    ("kjv.o2.we.jsonl", "target", "string", "file"),
+    ("kjv.o2.we.jsonl", "target", "string", "run_dir"),
+    ("kjv.o2.we.jsonl", "message", "integer", "file"),
+    ("kjv.o2.wr.jsonl", "verbatim", "string", "file"),
+    ("kjv.o2.wr.jsonl", "results", "array", "file"),
+    ("kjv.o2.wc.jsonl", "completions", "array", "file")])
+def test_a_parquet_log_with_a_null_is_refused_not_written_as_jsonl(tmp_path, log, field, kind,
+                                                                   source):
     """A Parquet column can hold a null that jsonl cannot: the datum is named as `lmc
-    validate` names it, and nothing is written (it wrote the null, exit 0)."""
-    import pandas
+    validate` names it (a run dir's by its part), and nothing is written (it wrote the
+    null, exit 0; a null ``results`` list turned every row's triples into dicts)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
-    frame = pandas.DataFrame(load_jsonlines(str(DATA / "kjv.o2.we.jsonl")))
-    frame[field] = frame[field].astype(object)
-    frame.loc[3, field] = None
+    good = tmp_path / "good.parquet"
+    convert(str(DATA / log), str(good))
+    table = pq.read_table(good)
+    values = table.column(field).to_pylist()
+    values[3] = None
+    column = table.schema.get_field_index(field)
+    table = table.set_column(column, pa.field(field, table.schema.field(field).type),
+                             pa.array(values, type=table.schema.field(field).type))
     if source == "file":
-        log = tmp_path / "bad.parquet"
-        frame.to_parquet(log)
+        bad = tmp_path / "bad.parquet"
+        pq.write_table(table, bad)
     else:
-        log = tmp_path / "run"
-        log.mkdir()
-        frame.iloc[:2].to_parquet(log / "part-00000.parquet")
-        frame.iloc[2:].to_parquet(log / "part-00001.parquet")
+        bad = tmp_path / "run"
+        bad.mkdir()
+        pq.write_table(table.slice(0, 2), bad / "part-00000.parquet")
+        pq.write_table(table.slice(2), bad / "part-00001.parquet")
     out = tmp_path / "out.jsonl"
-    run = subprocess.run([sys.executable, "-m", "lmchallenge", "convert", str(log), "-o",
+    run = subprocess.run([sys.executable, "-m", "lmchallenge", "convert", str(bad), "-o",
                           str(out)], capture_output=True, text=True)
     assert run.returncode == 2 and not out.exists()
-    kind = "string" if field == "target" else "integer"
-    assert run.stderr == f"lmc: error: {log}:4: field {field}: None is not of type '{kind}'\n"
+    named = f"{bad}:4" if source == "file" else f"{bad / 'part-00001.parquet'}:2"
+    assert run.stderr == f"lmc: error: {named}: field {field}: None is not of type '{kind}'\n"
+    validate = subprocess.run([sys.executable, "-m", "lmchallenge", "validate", str(bad)],
+                              capture_output=True, text=True)
+    assert validate.returncode == 2 and validate.stderr == run.stderr
+
+
+def test_a_wr_log_whose_lm_scores_are_null_converts_as_it_is(tmp_path):
+    """A results triple's LM score may be null: not refused (kjv.o2.wr has such)."""
+    parquet, back = tmp_path / "wr.parquet", tmp_path / "wr.jsonl"
+    convert(str(DATA / "kjv.o2.wr.jsonl"), str(parquet))
+    convert(str(parquet), str(back))
+    assert back.read_bytes() == (DATA / "kjv.o2.wr.jsonl").read_bytes()

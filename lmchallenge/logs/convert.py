@@ -49,31 +49,52 @@ def convert(source: str, destination: str, game: str | None = None) -> int:
     """
     # not into a run dir it reads (review: it replaced a part file, then failed); a file
     # converted in place is read whole before it is replaced (atomic_path)
-    check_writable(destination, (source,) if source != "-" and os.path.isdir(source) else ())
-    if destination != "-" and source != "-" and os.path.isdir(source):
-        parts = [str(p) for p in run_dir_parts(source)]
-        if all(joins_as_is(part, destination) for part in parts):   # no datum to read
-            return join_logs(parts, destination, game)
-    first, data = _peek(read_log(source))
+    run_dir = source != "-" and os.path.isdir(source)
+    check_writable(destination, (source,) if run_dir else ())
+    parts = [str(p) for p in run_dir_parts(source)] if run_dir else [source]
+    if run_dir and destination != "-" and all(joins_as_is(part, destination) for part in parts):
+        return join_logs(parts, destination, game)      # no datum to read
+    # each file's datums checked under its own name (a run dir's part, as lmc validate says)
+    first, data = _peek(itertools.chain.from_iterable(
+        _nulls_refused(read_log(part), part) for part in parts))
     if game is None and first is not None:
         game = detect_game(first)
-    return write_log(_nulls_refused(data, source), destination, game=game)
+    return write_log(data, destination, game=game)
 
 
-NOT_NULL = ("message", "token", "character", "target")
-"""Fields every log datum has a value for: a Parquet column can hold a null where jsonl
-cannot (``lmc validate`` refuses it), and the Parquet writer refuses one."""
+NULLABLE = frozenset({"user", "logp", "select"})
+"""The fields a log datum may hold null in (docs/formats.md, "Log"; a null ``select`` is
+dropped by the Parquet reader); ``results``' LM scores may be null too."""
 
 
 def _nulls_refused(data: Iterable[Datum], name: str) -> Iterator[Datum]:
     """The datums of ``data``; InputError ``NAME:N: field F: None is not of type ...`` (N
-    counting datums from 1, as ``lmc validate`` does) for the first with a null in a
-    :data:`NOT_NULL` field, so that no log is written that the other commands refuse."""
+    counting datums from 1, as ``lmc validate`` does) for the first with a null where a
+    log has a value (a Parquet column can hold one, jsonl cannot), so that no log is
+    written that the other commands refuse.  Only a datum holding a null is checked
+    against the schema (:func:`lmchallenge.logs.check.problem`)."""
     for number, datum in enumerate(data, start=1):
-        if any(key in datum and datum[key] is None for key in NOT_NULL):
+        if _holds_null(datum):
             from lmchallenge.logs.check import problem
-            raise InputError(name, number, problem(datum) or "a null field")
+            reason = problem(datum)
+            if reason is not None:
+                raise InputError(name, number, reason)
         yield datum
+
+
+def _holds_null(datum: Datum) -> bool:
+    """Whether ``datum`` holds a null outside :data:`NULLABLE`, at its top level or in its
+    lists (``completions``, ``results``) and their lists."""
+    for key, value in datum.items():
+        if value is None:
+            if key not in NULLABLE:
+                return True
+        elif isinstance(value, list):
+            checked = 2 if key == "results" else None   # a triple's LM score may be null
+            if any(item is None or (isinstance(item, list) and None in item[:checked])
+                   for item in value):
+                return True
+    return False
 
 
 # --- joining log files ------------------------------------------------------------------------
@@ -103,7 +124,7 @@ written, have one more dot in front)."""
 
 def convert_file(source: str, destination: str, game: str | None) -> None:
     """Write the log file ``source`` again as ``destination``, in the form its name says
-    (a datum with a null where a log has a value refused: :data:`NOT_NULL`)."""
+    (a datum with a null where a log has a value refused: :func:`_nulls_refused`)."""
     write_log(_nulls_refused(read_log(source), source), destination, game=game)
 
 

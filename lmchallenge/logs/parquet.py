@@ -533,9 +533,13 @@ def _batch_datums(batch: pa.RecordBatch) -> Iterator[Datum]:
 
 
 def _python_values(array: pa.Array, name: str) -> list[Any]:
-    """An Arrow column as Python values; ``results`` as lists of 3-element lists."""
-    if name == "results" and pa.types.is_list(array.type) and array.null_count == 0:
-        return _results_values(array)
+    """An Arrow column as Python values; ``results`` as lists of 3-element lists (a null
+    list or triple as None: then the datum is refused by whoever checks it)."""
+    if name == "results" and pa.types.is_list(array.type):
+        if array.null_count == 0:
+            return _results_values(array)
+        return [None if row is None else [None if t is None else list(t.values()) for t in row]
+                for row in array.to_pylist()]
     return array.to_pylist()
 
 
