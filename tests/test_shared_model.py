@@ -349,7 +349,9 @@ def test_a_worker_takes_the_server_of_its_number_and_other_clients_one_at_random
     assert [order(name)[0] for name in ("0", "1", "2", "3", "worker-7")] \
         == ["/tmp/a.sock", "/tmp/b.sock", "[::1]:7000", "/tmp/a.sock", "/tmp/b.sock"]
     assert order("1") == ["/tmp/b.sock", "[::1]:7000", "/tmp/a.sock"]   # then the others
-    for name in (None, "", "tcp://10.0.0.5:x"):
+    assert order("gpu_node-5")[0] == "[::1]:7000"
+    # a dask worker's default name is its address: its port would send all to one server
+    for name in (None, "", "tcp://10.0.0.5:40100", "tcp://[::1]:40102", "10.0.0.5", "1" * 5000):
         orders = {tuple(order(name)) for _ in range(200)}
         assert {o[0] for o in orders} == set(texts)
         assert all(sorted(o) == sorted(texts) for o in orders)
@@ -370,9 +372,15 @@ def test_a_relay_whose_server_is_not_there_takes_another_after_the_wait(model_fi
                            capture_output=True, timeout=60, env=env)
     assert relay.returncode == 2
     assert relay.stderr.decode() == (
-        f"lmc-neural: error: no server at {socks[0]} after 0.5 s: No such file or directory "
-        f"(start it with `lmc-neural serve MODEL --listen ADDRESS`); none at {socks[1]} "
-        "either\n")
+        f"lmc-neural: error: no server at {socks[0]} after 0.5 s: No such file or directory; "
+        f"no server at {socks[1]}: No such file or directory (start it with `lmc-neural "
+        "serve MODEL --listen ADDRESS`)\n")
+    relay = subprocess.run(connect(*socks, str(tmp_path / "none" / "c.sock"), "--wait",
+                                   "0").split(), input=b"", capture_output=True, timeout=60,
+                           env=env)
+    assert relay.returncode == 2 and relay.stderr.decode().endswith(
+        f"; no server at {tmp_path / 'none' / 'c.sock'}: there is no directory "
+        f"{tmp_path / 'none'} (start it with `lmc-neural serve MODEL --listen ADDRESS`)\n")
 
 
 def test_lmc_dist_workers_are_spread_over_the_servers(model_file, lines, tmp_path):

@@ -154,9 +154,8 @@ def connect(addresses: tuple[str, ...], wait: float) -> None:
     pass the protocol's requests on stdin to it and its answers to stdout (`lmc run
     "lmc-neural connect ADDRESS" we ...`, or as lmc-dist's model, every worker sharing the
     one server). Given several servers' addresses (of the same model), an lmc-dist worker
-    whose name ends in a number N (those of the embedded cluster: 0, 1, ...) takes the
-    address N modulo their count, so that the workers are spread evenly; any other client
-    one at random. If that server is not there after --wait, the others are tried in
+    named N or NAME-N (the embedded cluster's: 0, 1, ...) takes the address N modulo their
+    count, so that the workers are spread evenly; any other client one at random. If that server is not there after --wait, the others are tried in
     turn. Needs no torch: only the server loads the model."""
     refuse_the_game()
     every = [shared.address_of(address) for address in addresses]    # each checked

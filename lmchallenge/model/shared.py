@@ -50,6 +50,12 @@ _TCP = re.compile(r"^(?:\[(?P<v6>[^\]]*)\]|(?P<host>[^/\[\]]*)):(?P<port>[0-9]+)
 CONNECT_RETRY = 0.2
 """Seconds between tries while :func:`relay` waits for a server that is not there yet."""
 
+OTHER_CONNECT_TIMEOUT = 5.0
+"""Seconds a relay gives a connection to each of its other addresses (its own server not
+there): a remote server's handshake, not a wait for one still loading."""
+
+_START_HINT = " (start it with `lmc-neural serve MODEL --listen ADDRESS`)"
+
 
 @dataclass(frozen=True)
 class Address:
@@ -377,13 +383,20 @@ def _send(owners: list[_Client], lines: list[str]) -> None:
 def in_preference(addresses: list[Address], worker: str | None) -> list[Address]:
     """``addresses`` in the order a relay tries them, the one it is meant to use first:
     with ``worker`` (an ``lmc-dist`` worker's name, :data:`lmchallenge.tuning.WORKER_VARIABLE`)
-    ending in a number N, ``addresses[N % len(addresses)]`` (the embedded cluster's workers
-    0 to W-1 spread evenly over them), otherwise one at random; then the others, in their
-    order after it."""
-    number = re.search(r"[0-9]+$", worker or "")
-    first = (random.SystemRandom().randrange(len(addresses)) if number is None
-             else int(number.group()) % len(addresses))
+    numbered (:data:`NUMBERED`: ``7``, ``gpu-7``), ``addresses[N % len(addresses)]`` (the
+    embedded cluster's workers 0 to W-1 spread evenly over them), otherwise one at random
+    (a ``dask worker``'s default name is its address, whose port says nothing); then the
+    others, in their order after it."""
+    numbered = NUMBERED.fullmatch(worker or "")
+    first = (random.SystemRandom().randrange(len(addresses)) if numbered is None
+             else int(numbered.group(1)) % len(addresses))
     return addresses[first:] + addresses[:first]
+
+
+NUMBERED = re.compile(r"(?:[A-Za-z0-9_.-]*[-_])?([0-9]{1,9})")
+"""A worker name that numbers its worker: digits (the embedded cluster's), or a name ending
+in ``-`` or ``_`` and digits (``dask worker --name gpu-3``); not an address
+(``tcp://10.0.0.5:40100``)."""
 
 
 def relay(addresses: list[Address], source: IO[bytes], sink: IO[bytes], wait: float) -> None:
@@ -462,22 +475,26 @@ def _connect_first(addresses: list[Address], wait: float) -> tuple[Address, sock
     try:
         return addresses[0], _connect(addresses[0], wait)
     except LmcError as failure:
+        reasons = [str(failure)]
         for address in addresses[1:]:
-            with contextlib.suppress(LmcError):
-                return address, _connect(address, 0.0)
-        if len(addresses) > 1:
-            raise LmcError(f"{failure}; none at {', '.join(a.text for a in addresses[1:])} "
-                           "either") from None
-        raise
+            try:
+                return address, _connect(address, 0.0, least=OTHER_CONNECT_TIMEOUT)
+            except LmcError as e:
+                reasons.append(str(e))
+        hinted = any(reason.endswith(_START_HINT) for reason in reasons)   # said once, last
+        raise LmcError("; ".join(reason.removesuffix(_START_HINT) for reason in reasons)
+                       + (_START_HINT if hinted else "")) from None
 
 
-def _connect(address: Address, wait: float) -> socket.socket:
+def _connect(address: Address, wait: float, least: float = CONNECT_RETRY) -> socket.socket:
+    """A connection to the server at ``address``, tried every :data:`CONNECT_RETRY` seconds
+    for up to ``wait`` seconds, each try given at least ``least`` seconds."""
     deadline = time.monotonic() + wait
     while True:
         _check_unix_path(address)
         sock = socket.socket(address.family, socket.SOCK_STREAM)
         try:
-            sock.settimeout(max(deadline - time.monotonic(), CONNECT_RETRY))
+            sock.settimeout(max(deadline - time.monotonic(), least))
             sock.connect(address.where)
             sock.settimeout(None)
             return sock
@@ -487,8 +504,7 @@ def _connect(address: Address, wait: float) -> socket.socket:
             if not waiting or time.monotonic() >= deadline:
                 raise LmcError(f"no server at {address.text}"
                                + (f" after {wait:g} s" if waiting and wait else "")
-                               + f": {e.strerror or e} (start it with `lmc-neural serve "
-                               "MODEL --listen ADDRESS`)") from None
+                               + f": {e.strerror or e}{_START_HINT}") from None
         time.sleep(CONNECT_RETRY)
 
 
