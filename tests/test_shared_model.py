@@ -5,6 +5,7 @@ real relay processes and real ``lmc run`` / ``lmc-dist run`` clients."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import os
@@ -358,16 +359,19 @@ def test_a_worker_takes_the_server_of_its_number_and_other_clients_one_at_random
 
 
 def test_a_relay_whose_server_is_not_there_takes_another_after_the_wait(model_file, tmp_path):
-    """Worker 0's server (A) is down: after --wait its relay connects to B; with no
-    server at all, every address is named."""
+    """Worker 0's server (A) is down, or bound but never serving (a load that failed):
+    after --wait its relay connects to B; with no server at all, every address is named."""
     socks = [str(tmp_path / "a.sock"), str(tmp_path / "b.sock")]
     env = {**os.environ, "LMC_WORKER": "0"}
     with Server(Batched(NgramModel(str(model_file))), socks[1]):
-        relay = subprocess.run(connect(*socks, "--wait", "0.5").split(),
-                               input=b"predict\tIn the \n", capture_output=True, timeout=60,
-                               env=env)
-    assert relay.returncode == 0 and relay.stderr == b""
-    assert relay.stdout == in_the(model_file)
+        for loading in (False, True):
+            with (shared.listening(shared.address_of(socks[0])) if loading
+                  else contextlib.nullcontext()):
+                relay = subprocess.run(connect(*socks, "--wait", "0.5").split(),
+                                       input=b"predict\tIn the \n", capture_output=True,
+                                       timeout=60, env=env)
+            assert relay.returncode == 0 and relay.stderr == b""
+            assert relay.stdout == in_the(model_file)
     relay = subprocess.run(connect(*socks, "--wait", "0.5").split(), input=b"",
                            capture_output=True, timeout=60, env=env)
     assert relay.returncode == 2

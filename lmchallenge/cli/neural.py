@@ -129,7 +129,9 @@ def serve(model: str, device: str, dtype: str, batch_size: int, chunk: int, top:
     if listen is None:
         serve_batched(_loaded(options), sys.stdin.buffer, sys.stdout.buffer, sys.stderr)
         return
-    with shared.listening(shared.address_of(listen)) as listener:   # before the load
+    # bound before the load (an address in use fails at once), listening after it (a
+    # relay waits for a server still loading, and goes elsewhere if its load fails)
+    with shared.listening(shared.address_of(listen)) as listener:
         lm = _loaded(options)
         sys.stderr.write(f"lmc-neural: serving {model} at {listen} (model command: "
                          f"lmc-neural connect {listen}); Ctrl-C stops it\n")

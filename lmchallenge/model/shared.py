@@ -88,8 +88,10 @@ def address_of(text: str) -> Address:
 
 @contextlib.contextmanager
 def listening(address: Address) -> Iterator[socket.socket]:
-    """A socket listening at ``address`` while the block runs; then closed, and a Unix
-    socket's file removed.  A Unix socket's path is held for the server's life by a lock
+    """A socket bound to ``address`` while the block runs; then closed, and a Unix
+    socket's file removed.  It listens once :func:`serve_shared` starts: until then (the
+    model loading) a relay's connection is refused, so it waits for the server, or goes to
+    its next address if the load fails.  A Unix socket's path is held for the server's life by a lock
     on ``PATH.lock`` beside it (``flock``; removed at the end): a second server on the path
     is refused at once, and a socket file left there by a dead server (a SIGKILL) is
     replaced; a path that is not a socket is refused.
@@ -107,7 +109,6 @@ def listening(address: Address) -> Iterator[socket.socket]:
             if not unix:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(address.where)
-            sock.listen(socket.SOMAXCONN)
         except (OSError, OverflowError) as e:
             sock.close()
             raise LmcError(f"cannot listen at {address.text}: "
@@ -277,6 +278,7 @@ def serve_shared(model: Any, listener: socket.socket, errors: IO[str],
     """
     blocks: queue.Queue[_Block] = queue.Queue()
     clients: set[_Client] = set()
+    listener.listen(socket.SOMAXCONN)   # (bound by listening(): refused until now)
     threading.Thread(target=_accept, args=(listener, blocks, clients, errors, name),
                      daemon=True, name="lmc-shared-accept").start()
     stop = stop or threading.Event()
