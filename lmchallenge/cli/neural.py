@@ -157,8 +157,9 @@ def connect(addresses: tuple[str, ...], wait: float) -> None:
     "lmc-neural connect ADDRESS" we ...`, or as lmc-dist's model, every worker sharing the
     one server). Given several servers' addresses (of the same model), an lmc-dist worker
     named N or NAME-N (the embedded cluster's: 0, 1, ...) takes the address N modulo their
-    count, so that the workers are spread evenly; any other client one at random. If that server is not there after --wait, the others are tried in
-    turn. Needs no torch: only the server loads the model."""
+    count, so that the workers are spread evenly; any other client one at random. If that
+    server is not there after --wait, the others are tried in turn. Needs no torch: only
+    the server loads the model."""
     refuse_the_game()
     every = [shared.address_of(address) for address in addresses]    # each checked
     shared.relay(shared.in_preference(every, os.environ.get(tuning.WORKER_VARIABLE)),

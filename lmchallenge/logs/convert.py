@@ -18,7 +18,6 @@ import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-
 from lmchallenge.errors import InputError
 from lmchallenge.logs.files import (atomic_path, check_writable, is_gzip_name, is_parquet_name,
                                    open_output, run_dir_parts)

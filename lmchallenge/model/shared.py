@@ -91,10 +91,10 @@ def listening(address: Address) -> Iterator[socket.socket]:
     """A socket bound to ``address`` while the block runs; then closed, and a Unix
     socket's file removed.  It listens once :func:`serve_shared` starts: until then (the
     model loading) a relay's connection is refused, so it waits for the server, or goes to
-    its next address if the load fails.  A Unix socket's path is held for the server's life by a lock
-    on ``PATH.lock`` beside it (``flock``; removed at the end): a second server on the path
-    is refused at once, and a socket file left there by a dead server (a SIGKILL) is
-    replaced; a path that is not a socket is refused.
+    its next address if the load fails.  A Unix socket's path is held for the server's
+    life by a lock on ``PATH.lock`` beside it (``flock``; removed at the end): a second
+    server on the path is refused at once, and a socket file left there by a dead server
+    (a SIGKILL) is replaced; a path that is not a socket is refused.
 
     Raises:
         LmcError: the address is in use or cannot be bound (the reason given).
