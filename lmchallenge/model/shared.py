@@ -471,21 +471,28 @@ def _predicts(block: bytes) -> int:
     return first + block.count(b"\npredict\t") + block.count(b"\npredict\n")
 
 
+class _NoServer(LmcError):
+    """A connection to an address failed (unlike a path no server can ever listen at): the
+    error then says how to start a server."""
+
+
 def _connect_first(addresses: list[Address], wait: float) -> tuple[Address, socket.socket]:
     """The first of ``addresses`` with a server (the first waited for, the others tried
-    once) and the connection to it."""
-    try:
-        return addresses[0], _connect(addresses[0], wait)
-    except LmcError as failure:
-        reasons = [str(failure)]
-        for address in addresses[1:]:
-            try:
-                return address, _connect(address, 0.0, least=OTHER_CONNECT_TIMEOUT)
-            except LmcError as e:
-                reasons.append(str(e))
-        hinted = any(reason.endswith(_START_HINT) for reason in reasons)   # said once, last
-        raise LmcError("; ".join(reason.removesuffix(_START_HINT) for reason in reasons)
-                       + (_START_HINT if hinted else "")) from None
+    once) and the connection to it.
+
+    Raises:
+        LmcError: every address's reason, then how to start a server where one could be.
+    """
+    failures: list[LmcError] = []
+    for address in addresses:
+        try:
+            if not failures:
+                return address, _connect(address, wait)
+            return address, _connect(address, 0.0, least=OTHER_CONNECT_TIMEOUT)
+        except LmcError as e:
+            failures.append(e)
+    hint = _START_HINT if any(isinstance(e, _NoServer) for e in failures) else ""
+    raise LmcError("; ".join(map(str, failures)) + hint) from None
 
 
 def _connect(address: Address, wait: float, least: float = CONNECT_RETRY) -> socket.socket:
@@ -504,9 +511,9 @@ def _connect(address: Address, wait: float, least: float = CONNECT_RETRY) -> soc
             sock.close()
             waiting = e.errno in (errno.ENOENT, errno.ECONNREFUSED)
             if not waiting or time.monotonic() >= deadline:
-                raise LmcError(f"no server at {address.text}"
-                               + (f" after {wait:g} s" if waiting and wait else "")
-                               + f": {e.strerror or e}{_START_HINT}") from None
+                raise _NoServer(f"no server at {address.text}"
+                                + (f" after {wait:g} s" if waiting and wait else "")
+                                + f": {e.strerror or e}") from None
         time.sleep(CONNECT_RETRY)
 
 
