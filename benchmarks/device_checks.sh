@@ -47,6 +47,17 @@ step() {    # step NAME LIMIT_SECONDS COMMAND...
     echo "== $name: exit $?, $((SECONDS - start)) s"
 }
 
+fastest() {    # fastest LOG PATTERN DEFAULT: the PATTERN group of the neural_dist.py run in
+    # LOG with the most words/s (PATTERN matches its line up to the first ":"), or DEFAULT
+    python3 - "$@" <<'EOF'
+import re, sys
+log, pattern, default = sys.argv[1:]
+rates = [(float(rate.replace(",", "")), key) for key, rate in re.findall(
+    pattern + r": \d+ words in [\d.]+ s: ([\d,]+) words/s", open(log).read())]
+print(max(rates)[1] if rates else default)
+EOF
+}
+
 nproc; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null
 case $stage in
 1)  # issue 13: >= 50,000 we words/s on >= 100k lines, 16 CPU workers feeding the GPU
@@ -114,13 +125,7 @@ case $stage in
     step sweep 160 python3 benchmarks/neural_dist.py --wheels .whl --model smol-skeleton \
         --random-weights --device cuda --lines 10000 --base-lines 300 --workers 16 \
         --batch-size 64 --chunk 32 --shared 1,2,4,8
-    best=$(python3 - "$out/sweep.log" <<'EOF'
-import re, sys
-rates = [(float(r.replace(",", "")), k) for k, r in re.findall(
-    r"--listen \((\d+) shared\): \d+ words in [\d.]+ s: ([\d,]+) words/s", open(sys.argv[1]).read())]
-print(max(rates)[1] if rates else 4)
-EOF
-)
+    best=$(fastest "$out/sweep.log" '--listen \((\d+) shared\)' 4)
     echo "the fastest K: $best"
     step target 150 python3 benchmarks/neural_dist.py --wheels .whl --model smol-skeleton \
         --random-weights --device cuda --lines 100000 --base-lines 300 --workers 16 \
@@ -143,14 +148,7 @@ EOF
     step passes 190 python3 benchmarks/neural_dist.py --wheels .whl --model smol-skeleton \
         --random-weights --device cuda --lines 10000 --base-lines 50 --workers 16 \
         --batch-size 64,256 --chunk 32 --shared 8
-    best=$(python3 - "$out/passes.log" <<'EOF'
-import re, sys
-rates = [(float(r.replace(",", "")), b) for b, r in re.findall(
-    r"--batch-size (\d+) .*?--listen \(\d+ shared\): \d+ words in [\d.]+ s: ([\d,]+) words/s",
-    open(sys.argv[1]).read())]
-print(max(rates)[1] if rates else 256)
-EOF
-)
+    best=$(fastest "$out/passes.log" '--batch-size (\d+) .*?--listen \(\d+ shared\)' 256)
     echo "the faster --batch-size: $best"
     step target 200 python3 benchmarks/neural_dist.py --wheels .whl --model smol-skeleton \
         --random-weights --device cuda --lines 100000 --base-lines 50 --workers 16 \

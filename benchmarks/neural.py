@@ -122,35 +122,29 @@ def count_ops(model, game, lines) -> tuple[int, int, int]:
     return engine.forward_passes - passes, counter.ops, counter.copies
 
 
-def profiled(args, game, lines) -> None:
+def profiled(args, game, lines, warm_line: str) -> None:
     """Print where ``game`` over ``lines`` spends its time: Python functions (cProfile) with
     one fresh model, then torch ops (``torch.profiler``; on CUDA with their device time)
-    with another."""
+    with another (each used first on ``warm_line``, not one of ``lines``)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    model = build_neural(args)
-    model.predict(lines[-1][:30], None)
+    model = warmed(args, warm_line)
     profiler = cProfile.Profile()
-    start = time.perf_counter()
     profiler.enable()
-    count = sum(1 for _ in game(model, lines))
+    count, elapsed = timed(game, model, lines)
     profiler.disable()
-    elapsed = time.perf_counter() - start
     out = io.StringIO()
     pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(25)
     print(f"profile, {len(lines)} lines, {count} words in {elapsed:.1f} s under cProfile "
           f"({model.engine.forward_passes} forward passes):\n{out.getvalue()}", flush=True)
     cuda = args.device.startswith("cuda")
-    model = build_neural(args)
-    model.predict(lines[-1][:30], None)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    start = time.perf_counter()
-    with profile(activities=activities) as torch_profile:
-        count = sum(1 for _ in game(model, lines))
+    model = warmed(args, warm_line)
+    with profile(activities=[ProfilerActivity.CPU]
+                 + ([ProfilerActivity.CUDA] if cuda else [])) as torch_profile:
+        count, elapsed = timed(game, model, lines)
         if cuda:
             torch.cuda.synchronize()
-    elapsed = time.perf_counter() - start
     averages = torch_profile.key_averages()
     print(f"torch.profiler, {count} words in {elapsed:.1f} s ({model.engine.forward_passes} "
           f"forward passes), by own CPU time:\n"
@@ -158,6 +152,14 @@ def profiled(args, game, lines) -> None:
     if cuda:
         print("by own device time:\n"
               f"{averages.table(sort_by='self_cuda_time_total', row_limit=15)}", flush=True)
+
+
+def warmed(args, line: str):
+    """A fresh neural model, used once on ``line`` (its first use computes the
+    vocabulary's boundary sets: not what is measured)."""
+    model = build_neural(args)
+    model.predict(line[:30], None)
+    return model
 
 
 def timed(game, model, lines) -> tuple[int, float]:
@@ -192,8 +194,7 @@ def main() -> None:
     parser.add_argument("--wheels", type=Path, default=None, metavar="DIR")
     args = parser.parse_args()
     if args.wheels is not None:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from scaling import reexec_with_wheels
+        from scaling import reexec_with_wheels   # (beside this script: on sys.path)
         reexec_with_wheels(args.wheels)
 
     from lmchallenge import games
@@ -205,8 +206,7 @@ def main() -> None:
         return games.wc(model, data, next_word_only=not args.wc_prefixes)
 
     start = time.perf_counter()
-    neural = build_neural(args)
-    neural.predict(lines[-1][:30], None)  # first use: the vocabulary's boundary sets
+    neural = warmed(args, lines[-1])
     print(f"neural: {neural.name} loaded and warmed up in {time.perf_counter() - start:.1f} s "
           f"(device {args.device}, chunk {args.chunk}, batch {args.batch_size})", flush=True)
     in_passes = clock_passes(neural.engine)
@@ -229,7 +229,7 @@ def main() -> None:
               flush=True)
 
     if args.profile:
-        profiled(args, games.we, lines[:args.profile])
+        profiled(args, games.we, lines[:args.profile], lines[-1])
     if args.no_ngram:
         return
     with tempfile.TemporaryDirectory() as tmp:
