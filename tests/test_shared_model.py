@@ -67,6 +67,9 @@ class Server:
         self.address = shared.address_of(address)
         self.listening = shared.listening(self.address)
         self.listener = self.listening.__enter__()
+        # listening before serve_shared's thread does (it listens again): a test's raw
+        # socket connects at once, where a relay would wait (CI: refused, once)
+        self.listener.listen(socket.SOMAXCONN)
         self.errors = io.StringIO()
         self.stop = threading.Event()
         self.failure: BaseException | None = None
