@@ -310,6 +310,26 @@ def test_the_rows_of_a_pass_come_from_different_lines(tiny):
     assert lm.engine.forward_passes == max(passes for _, passes in per_line) > 1
 
 
+def test_each_content_is_covered_by_a_longest_one_that_starts_with_it():
+    """The chunks a pass computes after one past: of the contents asked, those that are no
+    prefix of another, each asked content answered by one of them that extends it (a
+    brute force over all pairs, on contents sharing prefixes as the first chunks of lines
+    starting "And the" do)."""
+    from lmchallenge.model.neural.engine import _covers
+    rng = np.random.default_rng(5)
+    stems = [tuple(rng.integers(0, 4, size=n)) for n in (0, 1, 3)]
+    contents = [tuple(int(t) for t in stem + tuple(rng.integers(0, 4, size=rng.integers(1, 6))))
+                for stem in stems for _ in range(40)]
+    contents += contents[:7]                        # asked twice
+    covers = _covers(contents)
+    longest = {a for a in contents if not any(b != a and b[:len(a)] == a for b in contents)}
+    assert set(covers) == set(contents)
+    assert set(covers.values()) == longest
+    assert all(longer[:len(content)] == content for content, longer in covers.items())
+    assert _covers([(1, 2), (1,), (1, 3), (2,)]) == {(1,): (1, 2), (1, 2): (1, 2),
+                                                    (1, 3): (1, 3), (2,): (2,)}
+
+
 def test_rows_held_when_the_cache_drops_them(tiny):
     """More sequences in one call than rows kept: the rows found before the passes are held."""
     from lmchallenge.model.neural.engine import ChunkedLM

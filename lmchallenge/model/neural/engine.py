@@ -431,15 +431,18 @@ class ChunkedLM:
                 if found is None or (
                         len(content) == c and last > k and self._states.get(past + content) is None):
                     work.setdefault(past, []).append(content)
-            pairs = [(past, content) for past, contents in work.items()
-                     for content in _maximal(contents)]
+            covering: dict[tuple[Tokens, Tokens], Tokens] = {}
+            for past, contents in work.items():
+                covering.update(((past, content), longer)
+                                for content, longer in _covers(contents).items())
+            pairs = list(dict.fromkeys((past, longer) for (past, _), longer in covering.items()))
             computed = self._compute(pairs, endings=None if endings is None else
                                      {name: endings[name] for name in asked})
             for (tokens, _, _, _), (start, low, last), found in zip(requests, spans, answers):
                 if low <= k <= last:
                     past, content = tokens[:k * c], tokens[k * c:(k + 1) * c]
-                    record = _covering(computed, past, content)
-                    found[k] = record if record is not None else kept[past, content]
+                    longer = covering.get((past, content))
+                    found[k] = computed[past, longer] if longer is not None else kept[past, content]
         return answers
 
     def _span(self, tokens: Tokens, first: int, last: int) -> tuple[int, int, int]:
@@ -594,24 +597,17 @@ def _split_rows(logprobs: np.ndarray, group: list[tuple[Tokens, Tokens]]) -> lis
     return [logprobs[i, :len(content)].copy() for i, (_, content) in enumerate(group)]
 
 
-def _covering(computed: dict[tuple[Tokens, Tokens], Any], past: Tokens,
-              content: Tokens) -> Any:
-    """Rows (or :class:`Sums`) in ``computed`` for ``content`` after ``past`` (an extension
-    of it will do)."""
-    rows = computed.get((past, content))
-    if rows is not None:
-        return rows
-    for (other_past, other), rows in computed.items():
-        if other_past == past and other[:len(content)] == content:
-            return rows
-    return None
-
-
-def _maximal(contents: list[Tokens]) -> list[Tokens]:
-    """The distinct contents that are no prefix of another (their rows cover the others)."""
-    unique = sorted(set(contents), key=len, reverse=True)
-    kept: list[Tokens] = []
-    for content in unique:
-        if not any(other[:len(content)] == content for other in kept):
-            kept.append(content)
-    return kept
+def _covers(contents: list[Tokens]) -> dict[Tokens, Tokens]:
+    """Each distinct content -> one of ``contents`` that starts with it and is no prefix of
+    another (its rows cover the shorter one's), in lexicographic order.  Sorted, a
+    content's extensions follow it at once, so one pass from the end finds them: linear
+    after the sort (a pass's contents after an empty past are every line's first chunk,
+    thousands at a time)."""
+    ordered = sorted(set(contents))
+    covers: dict[Tokens, Tokens] = {}
+    after: Tokens | None = None
+    for content in reversed(ordered):
+        extended = after is not None and after[:len(content)] == content
+        covers[content] = covers[after] if extended else content
+        after = content
+    return dict(reversed(covers.items()))
