@@ -101,3 +101,15 @@ def test_a_split_kept_for_the_next_context_gives_a_fresh_split_s_pieces_and_toke
         for count in sorted({0, len(found) // 2, len(found)}):
             assert last.tokens_of(found[:count], encode) == (-1, *map(ord, "".join(found[:count])))
     assert last.tokens_of(["not", "these"], encode) is None
+
+
+def test_an_ascii_context_extended_splits_as_on_its_own():
+    """ASCII text keeps every piece of the last split but the one that reaches its end (runs
+    of word and punctuation characters, and the characters in both, go on across the end):
+    every prefix of a text of such runs splits as on its own."""
+    from lmchallenge.model.neural.words import _LastSplit, pieces
+    text = ("don't... #1 a-b--c __x@y.z 'quoted' (a)b!!!? 3.14,5 e-mail's -- x_ " * 3).strip()
+    assert text.isascii()
+    last = _LastSplit(start_id=-1)
+    for end in range(len(text) + 1):
+        assert last.split(text[:end]) == pieces(text[:end])

@@ -85,7 +85,9 @@ def pieces(context: str, start: int = 0) -> tuple[list[str], str]:
 SPLIT_MARGIN = 32
 """Code points before the end of the last context split: its word tokens that end there or
 later are found again for a context that extends it (text appended may extend or join a
-token near the end: a word, an emoji sequence; none is this long)."""
+token near the end: a word, an emoji sequence; none is this long).  For ASCII text, 1: its
+tokens are runs of two classes (:func:`lmchallenge.tokenize.ascii_word_pattern`), and only
+the run that reaches the end can go on."""
 
 
 class _LastSplit:
@@ -106,7 +108,8 @@ class _LastSplit:
         up to :data:`SPLIT_MARGIN` code points before its end)."""
         keep = 0
         if text.startswith(self.text):
-            keep = bisect.bisect_right(self.piece_ends, len(self.text) - SPLIT_MARGIN)
+            margin = 1 if text.isascii() else SPLIT_MARGIN
+            keep = bisect.bisect_right(self.piece_ends, len(self.text) - margin)
         start = self.piece_ends[keep - 1] if keep else 0
         found, gap = pieces(text, start)
         self.text = text
@@ -175,6 +178,9 @@ class WordScorer:
         self.unspellable = 0
         """Queries left out so far for a context the tokenizer cannot spell."""
         self.encode = lru_cache(maxsize=65536)(self._encode_checked)
+        # per candidate, as a corpus repeats its words: a regex match each otherwise
+        self._single_word = lru_cache(maxsize=65536)(single_word)
+        self._ending = lru_cache(maxsize=65536)(vocab.ending)
         self._last = _LastSplit(vocab.start_id)
 
     def _fits(self, head: Tokens, more: int) -> bool:
@@ -263,7 +269,8 @@ class WordScorer:
             if head is None:    # a context the tokenizer cannot spell: no word scored
                 continue
             for candidate in candidates:
-                if not single_word(candidate) or self.continues(context_pieces, gap, candidate):
+                if not self._single_word(candidate) or self.continues(context_pieces, gap,
+                                                                       candidate):
                     continue
                 word = self._spelled(gap + candidate)
                 if word is None:
@@ -289,7 +296,7 @@ class WordScorer:
         endings = {}
         requests = []
         for _, candidate, head, word in plans:
-            name, ids = self.vocab.ending(candidate)
+            name, ids = self._ending(candidate)
             endings[name] = ids
             requests.append((head + word, len(head), name))
         scores = self.continuations(requests, endings) if requests else []
@@ -318,7 +325,7 @@ class WordScorer:
 
     def _ends(self, word: str, row: np.ndarray) -> float:
         """log P(the next token ends ``word``) from the row after it (its boundary set)."""
-        return logsumexp(row.take(self.vocab.ending(word)[1]))
+        return logsumexp(row.take(self._ending(word)[1]))
 
     # -- completions
     def complete(self, context: str, n: int, max_expansions: int) -> list[tuple[str, float]]:
