@@ -4,7 +4,7 @@
     python benchmarks/neural.py [--model models/SmolLM2-135M-Instruct.Q4_1.gguf]
         [--lines 200] [--wc-lines 4] [--device cpu|cuda] [--dtype auto] [--batch-size 1]
         [--chunk 32] [--search-width 16] [--threads N] [--random-weights] [--count-ops LINES]
-        [--profile LINES] [--no-ngram] [--wheels DIR]
+        [--profile LINES] [--stub-passes LINES] [--no-ngram] [--wheels DIR]
 
 Runs ``we`` on the first ``--lines`` lines of data/kjv/test.sample.txt and ``wc`` (next-word
 predictions only, unless ``--wc-prefixes``: then every prefix of every word is a search too)
@@ -20,7 +20,9 @@ torch ops a forward pass of ``we`` dispatches outside the model, and the copies 
 then ``we`` on LINES lines with a fresh model under :mod:`cProfile` (the Python functions
 by their own time), and again with another under ``torch.profiler`` (the torch ops by their
 own CPU time and, on CUDA, by their own device time): where a GPU run's host time goes.
-``--no-ngram``: no n-gram runs.  ``--wheels DIR``: as for ``benchmarks/scaling.py`` (the
+``--stub-passes LINES``: instead of all that, the adapter's host side alone (its forward
+passes replaced by a stub: CPU time a word on ``we``, calls of ``64 * --batch-size`` queries
+as a shared server makes them), on any machine.  ``--no-ngram``: no n-gram runs.  ``--wheels DIR``: as for ``benchmarks/scaling.py`` (the
 device machine).
 
 ``--random-weights``: the same architecture and tokenizer as ``--model`` (config and tokenizer
@@ -35,6 +37,7 @@ import argparse
 import cProfile
 import io
 import pstats
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -154,6 +157,49 @@ def profiled(args, game, lines, warm_line: str) -> None:
               f"{averages.table(sort_by='self_cuda_time_total', row_limit=15)}", flush=True)
 
 
+def stubbed_host(args, lines: list[str], repeats: int = 5) -> tuple[int, list[float]]:
+    """The adapter's host side alone: a fresh model's ``predict_batch`` on the ``we`` queries
+    of ``lines`` (in calls of its ``predict_batch_size``, as a shared server makes them) with
+    its forward passes replaced by a stub that returns :class:`Sums` of the right shapes at
+    once; the passes' kept results dropped before each of ``repeats`` runs (the tokenizer's
+    cache stays warm, as in a long run).  What a GPU does not speed up, measured on any
+    machine.  Returns ``(words, CPU seconds a word, each run)``."""
+    import numpy as np
+    from lmchallenge.model.neural.engine import Sums
+    from lmchallenge.tokenize import word_tokenizer
+
+    model = warmed(args, lines[-1])
+    engine = model.engine
+    last = np.zeros(len(model.scorer.vocab.pieces), np.float32)
+
+    def stub(pairs, keep_state=False, endings=None):
+        computed = {}
+        for past, content in pairs:
+            sums = Sums(np.full(len(content) - 1, -1.0, np.float32), last,
+                        {name: np.full(len(content), -0.5) for name in endings or {}})
+            computed[past, content] = sums
+            engine._sums.put((past, content), sums)
+            if len(content) == engine.chunk or keep_state:
+                engine._states.put(past + content, True)
+        engine.forward_passes += -(-len(pairs) // engine.batch)
+        return computed
+
+    engine._compute = stub
+    queries = [(line[:match.start()], [match.group()]) for line in lines
+               for match in word_tokenizer().finditer(line)]
+    size = model.predict_batch_size
+    times = []
+    for _ in range(repeats + 1):  # the first warms the tokenizer's cache: not counted
+        for kept in (engine._sums, engine._states, engine._joined):
+            kept.items.clear()
+        engine._sums.extending.clear()
+        start = time.process_time()
+        for i in range(0, len(queries), size):
+            model.predict_batch(queries[i:i + size])
+        times.append((time.process_time() - start) / len(queries))
+    return len(queries), times[1:]
+
+
 def warmed(args, line: str):
     """A fresh neural model, used once on ``line`` (its first use computes the
     vocabulary's boundary sets: not what is measured)."""
@@ -190,6 +236,9 @@ def main() -> None:
                              "forward pass, a fresh model's we on LINES lines")
     parser.add_argument("--profile", type=int, default=0, metavar="LINES",
                         help="then profile we on LINES lines (cProfile, torch.profiler)")
+    parser.add_argument("--stub-passes", type=int, default=0, metavar="LINES",
+                        help="only the adapter's host side: we on LINES lines, its forward "
+                             "passes stubbed (CPU us a word, min and median of 5 runs)")
     parser.add_argument("--no-ngram", action="store_true", help="no n-gram runs")
     parser.add_argument("--wheels", type=Path, default=None, metavar="DIR")
     args = parser.parse_args()
@@ -205,6 +254,12 @@ def main() -> None:
     def wc_game(model, data):
         return games.wc(model, data, next_word_only=not args.wc_prefixes)
 
+    if args.stub_passes:
+        count, times = stubbed_host(args, lines[:args.stub_passes])
+        print(f"neural we, passes stubbed: {count} words ({args.stub_passes} lines, calls of "
+              f"{64 * args.batch_size} queries): host side {min(times) * 1e6:.1f} us/word CPU "
+              f"(min of {len(times)}; median {statistics.median(times) * 1e6:.1f})", flush=True)
+        return
     start = time.perf_counter()
     neural = warmed(args, lines[-1])
     print(f"neural: {neural.name} loaded and warmed up in {time.perf_counter() - start:.1f} s "

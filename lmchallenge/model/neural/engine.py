@@ -43,7 +43,7 @@ from __future__ import annotations
 import collections
 import inspect
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -230,7 +230,7 @@ class ChunkedLM:
         """:meth:`rows` for many sequences, sharing forward passes where they share chunks."""
         c = self.chunk
         chunks = self._chunks([(tokens, min(positions, default=0), max(positions, default=-1),
-                                None) for tokens, positions in requests])
+                                {}) for tokens, positions in requests])
         return [{position: found[position // c][position % c] for position in positions}
                 for (_, positions), found in zip(requests, chunks)]
 
@@ -249,12 +249,25 @@ class ChunkedLM:
         are computed to the next token's log-probability at each position, the log of each
         set's probability at each position (within 4e-7 of the exact log-sum-exp, the same
         bits whatever else the pass holds: ``_log_mass``), and one whole row, the last
-        (``batch`` rows of ``vocabulary`` floats a pass instead of ``batch * chunk``)."""
+        (``batch`` rows of ``vocabulary`` floats a pass instead of ``batch * chunk``).
+
+        The requests whose tokens start another's (the words of a line) are answered from
+        the chunks of the longest (:func:`_covers`): one sequence a line to go through, not
+        one a word."""
         c = self.chunk
-        chunks = self._chunks([(tokens, start - 1, len(tokens) - 1, ending)
-                               for tokens, start, ending in requests], endings)
+        longest = _covers([tokens for tokens, _, _ in requests])
+        plans: dict[Tokens, tuple[int, dict[int, dict[str, None]]]] = {}
+        for tokens, start, ending in requests:
+            line = longest[tokens]
+            first, needs = plans.get(line, (start - 1, {}))
+            needs.setdefault((len(tokens) - 1) // c, {})[ending] = None
+            plans[line] = (min(first, start - 1), needs)
+        chunks = dict(zip(plans, self._chunks(
+            [(line, first, len(line) - 1, needs) for line, (first, needs) in plans.items()],
+            endings)))
         answers = []
-        for (tokens, start, ending), found in zip(requests, chunks):
+        for tokens, start, ending in requests:
+            found = chunks[longest[tokens]]
             total = 0.0
             for p in range(start - 1, len(tokens) - 1):
                 sums = found[p // c]
@@ -398,11 +411,11 @@ class ChunkedLM:
         returned = out.get("cache")  # transformers 5; ``past_key_values`` before
         return out.logits, returned if returned is not None else out.past_key_values
 
-    def _chunks(self, requests: list[tuple[Tokens, int, int, str | None]],
+    def _chunks(self, requests: list[tuple[Tokens, int, int, Mapping[int, Iterable[str]]]],
                 endings: Mapping[str, np.ndarray] | None = None) -> list[dict[int, Any]]:
-        """For each ``(tokens, first, last, ending)``, what the passes give for each chunk
+        """For each ``(tokens, first, last, needs)``, what the passes give for each chunk
         ``k`` from the one holding position ``first`` to the one holding ``last``, after its
-        past: with ``endings``, :class:`Sums` (holding ``ending`` for the last chunk);
+        past: with ``endings``, :class:`Sums` (holding the sets ``needs[k]`` for chunk ``k``);
         without, rows (float32 ``[len, vocabulary]``).  Found in the cache, else computed,
         ``batch`` (past, chunk) pairs a pass; the chunks before ``first`` only need their
         key/value caches, computed where they are not kept (a long line's first chunks are
@@ -415,7 +428,7 @@ class ChunkedLM:
             work: dict[Tokens, list[Tokens]] = {}
             asked: dict[str, None] = {}
             kept: dict[tuple[Tokens, Tokens], Any] = {}  # held: the cache may drop them
-            for (tokens, _, _, ending), (start, low, last) in zip(requests, spans):
+            for (tokens, _, _, wanted), (start, low, last) in zip(requests, spans):
                 if not start <= k <= last:
                     continue
                 past, content = tokens[:k * c], tokens[k * c:(k + 1) * c]
@@ -423,7 +436,7 @@ class ChunkedLM:
                     if self._states.get(past + content) is None:
                         work.setdefault(past, []).append(content)
                     continue
-                needs = (ending,) if endings is not None and last == k else ()
+                needs = tuple(wanted.get(k, ())) if endings is not None else ()
                 asked.update(dict.fromkeys(needs))
                 found = self._find(past, content, needs, endings is not None)
                 if found is not None:
