@@ -22,8 +22,8 @@ by their own time), and again with another under ``torch.profiler`` (the torch o
 own CPU time and, on CUDA, by their own device time): where a GPU run's host time goes.
 ``--stub-passes LINES``: instead of all that, the adapter's host side alone (its forward
 passes replaced by a stub: CPU time a word on ``we``, calls of ``64 * --batch-size`` queries
-as a shared server makes them), on any machine.  ``--no-ngram``: no n-gram runs.  ``--wheels DIR``: as for ``benchmarks/scaling.py`` (the
-device machine).
+as a shared server makes them), on any machine.  ``--no-ngram``: no n-gram runs.
+``--wheels DIR``: as for ``benchmarks/scaling.py`` (the device machine).
 
 ``--random-weights``: the same architecture and tokenizer as ``--model`` (config and tokenizer
 read from the directory or GGUF file, or from the few-MB directory ``lmc-neural skeleton
