@@ -157,18 +157,20 @@ def profiled(args, game, lines, warm_line: str) -> None:
               f"{averages.table(sort_by='self_cuda_time_total', row_limit=15)}", flush=True)
 
 
-def stubbed_host(args, lines: list[str], repeats: int = 5) -> tuple[int, list[float]]:
+def stubbed_host(args, lines: list[str], warm_line: str,
+                 repeats: int = 5) -> tuple[int, int, list[float]]:
     """The adapter's host side alone: a fresh model's ``predict_batch`` on the ``we`` queries
     of ``lines`` (in calls of its ``predict_batch_size``, as a shared server makes them) with
     its forward passes replaced by a stub that returns :class:`Sums` of the right shapes at
     once; the passes' kept results dropped before each of ``repeats`` runs (the tokenizer's
-    cache stays warm, as in a long run).  What a GPU does not speed up, measured on any
-    machine.  Returns ``(words, CPU seconds a word, each run)``."""
+    cache stays warm, as in a long run; the model used first on ``warm_line``, as
+    :func:`warmed` says).  What a GPU does not speed up, measured on any machine.  Returns
+    ``(words, queries a call, CPU seconds a word of each run)``."""
     import numpy as np
     from lmchallenge.model.neural.engine import Sums
     from lmchallenge.tokenize import word_tokenizer
 
-    model = warmed(args, lines[-1])
+    model = warmed(args, warm_line)
     engine = model.engine
     last = np.zeros(len(model.scorer.vocab.pieces), np.float32)
 
@@ -197,7 +199,7 @@ def stubbed_host(args, lines: list[str], repeats: int = 5) -> tuple[int, list[fl
         for i in range(0, len(queries), size):
             model.predict_batch(queries[i:i + size])
         times.append((time.process_time() - start) / len(queries))
-    return len(queries), times[1:]
+    return len(queries), size, times[1:]
 
 
 def warmed(args, line: str):
@@ -255,9 +257,9 @@ def main() -> None:
         return games.wc(model, data, next_word_only=not args.wc_prefixes)
 
     if args.stub_passes:
-        count, times = stubbed_host(args, lines[:args.stub_passes])
+        count, size, times = stubbed_host(args, lines[:args.stub_passes], lines[-1])
         print(f"neural we, passes stubbed: {count} words ({args.stub_passes} lines, calls of "
-              f"{64 * args.batch_size} queries): host side {min(times) * 1e6:.1f} us/word CPU "
+              f"{size} queries): host side {min(times) * 1e6:.1f} us/word CPU "
               f"(min of {len(times)}; median {statistics.median(times) * 1e6:.1f})", flush=True)
         return
     start = time.perf_counter()
