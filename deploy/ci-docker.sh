@@ -71,7 +71,7 @@ trap 'exit 130' INT
 python=${PYTHON:-.venv/bin/python}
 set +e
 # -s: the tests' progress lines (build, cluster up, each run, with timings) as they happen.
-"$python" -m pytest -m docker -v -s -rs -p no:cacheprovider tests/test_docker.py
+"$python" -m pytest -n 0 -m docker -v -s -rs -p no:cacheprovider tests/test_docker.py
 rc=$?
 set -e
 left=$(leftovers)
