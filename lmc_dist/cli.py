@@ -17,7 +17,7 @@ from lmchallenge.games.spec import GameSpec
 from lmchallenge.model.spec import PredictorSpec
 from lmchallenge.cli.game_options import wr_options
 from lmchallenge.cli.order import OptionsAfterGame
-from lmchallenge.cli.options import (JsonOption, count, model_options, partial_option,
+from lmchallenge.cli.options import (JsonOption, count, model_options, not_empty, partial_option,
                                      run_command, set_verbosity, start_timeout_option,
                                      seconds, window_option)
 from lmchallenge.cli.uncertainty import bootstrap_options, settings_of, wanted, warn_if_few_resamples
@@ -79,9 +79,9 @@ class CorpusFormat(click.Choice):
 def run_options(function):
     """The options every game of ``lmc-dist run`` takes (after the game name)."""
     options = [
-        click.option("--input", "input_path", required=True, metavar="CORPUS",
+        click.option("--input", "input_path", required=True, metavar="CORPUS", callback=not_empty,
                      help="Corpus: a path or fsspec URL every worker can read (.gz ok)."),
-        click.option("--run-dir", required=True, metavar="DIR",
+        click.option("--run-dir", required=True, metavar="DIR", callback=not_empty,
                      help="Output directory: part-NNNNN files, _manifest.json, _stats.json."),
         click.option("--part-format", "out_format", type=click.Choice(["parquet", "jsonl"]),
                      default="parquet", show_default=True,
@@ -110,7 +110,7 @@ def run_options(function):
         click.option("--retries", type=count(0, MAX_RETRIES), default=1, show_default=True,
                      help="Extra attempts of a failed partition (and rounds that make again "
                           "the partitions of a model process that failed later)."),
-        click.option("--output", metavar="FILE",
+        click.option("--output", metavar="FILE", callback=not_empty,
                      help="Also write the whole log here (.jsonl, .jsonl.gz, .parquet)."),
         click.option("-o", "--options", type=JsonOption(), default="{}",
                      help="JSON options of the model, as for lmc run."),
@@ -138,7 +138,7 @@ def cli() -> None:
 
 
 @cli.group("run", cls=OptionsAfterGame)
-@click.argument("predictor")
+@click.argument("predictor", callback=not_empty)
 @click.pass_context
 def run_group(ctx, predictor):
     """Evaluate PREDICTOR (shell command or module:Class) with a game on a Dask cluster.

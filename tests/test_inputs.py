@@ -706,6 +706,37 @@ def test_run_option_values_out_of_range_are_usage_errors(tmp_path, prog, argv, m
     assert b"Traceback" not in result.stderr and not (tmp_path / "rd").exists()
 
 
+@pytest.mark.parametrize("argv, name", [
+    (["lmc", "run", "MODEL", "we", "CORPUS", "--output", ""], "'--output'"),
+    (["lmc", "run", "MODEL", "we", ""], "'[CORPUS]'"),
+    (["lmc", "run", "", "we", "CORPUS"], "'PREDICTOR'"),
+    (["lmc-dist", "run", "MODEL", "we", "--input", "", "--run-dir", "RD"], "'--input'"),
+    (["lmc-dist", "run", "MODEL", "we", "--input", "CORPUS", "--run-dir", ""], "'--run-dir'"),
+    (["lmc-dist", "run", "MODEL", "we", "--input", "CORPUS", "--run-dir", "RD", "--output", ""],
+     "'--output'"),
+    (["lmc-dist", "run", "", "we", "--input", "CORPUS", "--run-dir", "RD"], "'PREDICTOR'"),
+    (["lmc", "stats", "LOG", ""], "'[LOG]...'"),
+    (["lmc", "validate", ""], "'[LOG]...'"),
+    (["lmc", "convert", "LOG", "-o", ""], "'-o' / '--output'"),
+    (["lmc", "grep", "x", "LOG", "-o", ""], "'-o' / '--output'"),
+    (["lmc-ngram", "train", "", "-o", "RD"], "'CORPUS'"),
+    (["lmc-ngram", "train", "CORPUS", "-o", ""], "'-o' / '--output'"),
+])
+def test_an_empty_path_or_model_command_is_a_usage_error(tmp_path, argv, name):
+    """QA: an empty path (``--input ""``, an unset shell variable) was made absolute, the
+    current directory: ``lmc-dist`` said "/tmp: Is a directory", ``lmc run --output ""``
+    "cannot write" there; an empty model command was a shell that exited at once."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("in the beginning\n")
+    log = PRETTY_LOGS / "kjv.o2.we.jsonl"
+    names = {"MODEL": toy_model_command(), "CORPUS": str(corpus), "LOG": str(log),
+             "RD": str(tmp_path / "rd")}
+    result = run(str(BIN / argv[0]), *[names.get(a, a) for a in argv[1:]], cwd=tmp_path)
+    assert result.returncode == 2, result.stderr.decode()
+    assert result.stderr.decode().rstrip().endswith(f"Error: Invalid value for {name}: an empty string")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt"]
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 @pytest.mark.parametrize("argv", [["stats"], ["pretty"], ["convert", "-o", "-"]])
 def test_a_full_disk_behind_stdout_is_one_line_not_a_traceback(argv):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from lmchallenge.cli.options import partial_option
+from lmchallenge.cli.options import not_empty, partial_option
 from lmchallenge.logs.convert import convert
 from lmchallenge.logs import rundir
 from lmchallenge.logs.files import file_form
@@ -12,7 +12,7 @@ from lmchallenge.logs.schema import GAMES
 
 @click.command("convert")
 @click.argument("log", default="-", type=click.Path(exists=True, dir_okay=True, allow_dash=True))
-@click.option("-o", "--output", "output", required=True, metavar="OUT",
+@click.option("-o", "--output", "output", required=True, metavar="OUT", callback=not_empty,
               help="Where to write: a .jsonl, .jsonl.gz or .parquet path, or - for "
                    "jsonlines on standard output.")
 @click.option("-g", "--game", type=click.Choice(GAMES), default=None,

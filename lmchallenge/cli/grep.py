@@ -7,7 +7,7 @@ import sys
 import click
 
 from lmchallenge.analysis.grep import KEEP_CHOICES, PatternError, grep
-from lmchallenge.cli.options import partial_option, single_log
+from lmchallenge.cli.options import not_empty, partial_option, single_log
 from lmchallenge.logs.files import check_writable
 from lmchallenge.logs.io import write_log
 from lmchallenge.logs.jsonl import write_jsonlines
@@ -23,7 +23,7 @@ from lmchallenge.logs.jsonl import write_jsonlines
                    "whole messages that hold a selected token, or selected tokens only.")
 @click.option("-a", "--and", "--and-pattern", "and_pattern", multiple=True,
               help="Another pattern that must also match (repeatable).")
-@click.option("-o", "--output", default="-", metavar="FILE",
+@click.option("-o", "--output", default="-", metavar="FILE", callback=not_empty,
               help="Write the log here (.jsonl, .jsonl.gz or .parquet) instead of stdout; the "
                    "file appears only when the whole input was read (on stdout, an input "
                    "found damaged half-way leaves the lines before it written: check the exit "

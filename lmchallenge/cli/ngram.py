@@ -14,7 +14,7 @@ import time
 
 import click
 
-from lmchallenge.cli.options import FiniteFloatRange, count, run_command
+from lmchallenge.cli.options import FiniteFloatRange, count, not_empty, run_command
 from lmchallenge.errors import InputError, LmcError
 from lmchallenge.logs.files import check_writable, written_in_place
 from lmchallenge.model import ngram
@@ -32,8 +32,8 @@ def cli() -> None:
 
 
 @cli.command()
-@click.argument("corpus", type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+@click.argument("corpus", type=click.Path(dir_okay=False, allow_dash=True), callback=not_empty)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), callback=not_empty,
               help="Model file to write.")
 @click.option("--order", type=click.IntRange(1, ngram.MAX_ORDER), default=None,
               help=f"n-gram order [default: {DEFAULT_WORD_ORDER} for words, "

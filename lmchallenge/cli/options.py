@@ -85,6 +85,21 @@ def seconds() -> FiniteFloatRange:
     return FiniteFloatRange(0, MAX_SECONDS, min_open=True)
 
 
+def not_empty(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """The callback of a path or command parameter: an empty string (``--input ""``, an unset
+    shell variable) is refused.  As a path it would name the current directory once made
+    absolute (QA: ``lmc-dist run ... --input ""`` said "/tmp: Is a directory", ``lmc run
+    ... --output ""`` "cannot write" there); as a model command it is a shell that exits at
+    once.  ``value`` is a string, None, or a tuple of strings (``nargs=-1``).
+
+    Raises:
+        click.BadParameter: ``value`` is or holds ``""``.
+    """
+    if value == "" or isinstance(value, tuple) and "" in value:
+        raise click.BadParameter("an empty string", ctx, param)
+    return value
+
+
 def model_options(value: Any) -> dict[str, Any]:
     """``-o/--options`` checked: a JSON object whose ``positional``, if given, is a list.
 

@@ -19,7 +19,7 @@ from lmchallenge.games.job import RunJob, execute
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.model.spec import PredictorSpec
 from lmchallenge.cli.game_options import wr_options
-from lmchallenge.cli.options import (JsonOption, model_options, set_verbosity,
+from lmchallenge.cli.options import (JsonOption, model_options, not_empty, set_verbosity,
                                       seconds, start_timeout_option, window_option)
 from lmchallenge.cli.order import OptionsBeforePredictor
 
@@ -43,7 +43,7 @@ def run_options(function: Callable) -> Callable:
                      help="JSON options (or a JSON file): keyword arguments of a module:Class"
                           ' model, or arguments of a shell model ("--key value", quoted; the'
                           ' "positional" list first, as written: the shell expands $VAR in it).'),
-        click.option("--output", default="-", metavar="FILE",
+        click.option("--output", default="-", metavar="FILE", callback=not_empty,
                      help="Write the log here (.jsonl, .jsonl.gz or .parquet) instead of stdout;"
                           " the file appears only when the run completes."),
         click.option("--timeout", default=60.0, show_default=True, type=seconds(),
@@ -65,7 +65,7 @@ RUN_OPTIONS = ("verbose", "train", "corpus_format", "options", "output", "timeou
 
 @click.group("run", cls=OptionsBeforePredictor)
 @run_options
-@click.argument("predictor")
+@click.argument("predictor", callback=not_empty)
 @click.pass_context
 def cli(ctx, predictor, **run):
     """Evaluate PREDICTOR on a corpus with a game, writing an LM Challenge log.
@@ -113,7 +113,7 @@ def _run(ctx, game: GameSpec, corpus: str, run: dict[str, Any]) -> None:
                    corpus_format=o["corpus_format"], train=o["train"], output=o["output"]))
 
 
-corpus_argument = click.argument("corpus", default="-", required=False)
+corpus_argument = click.argument("corpus", default="-", required=False, callback=not_empty)
 
 
 @cli.command("wc")

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from lmchallenge.cli.options import count, partial_option, set_verbosity, stdin_once
+from lmchallenge.cli.options import count, not_empty, partial_option, set_verbosity, stdin_once
 from lmchallenge.cli.uncertainty import for_csv, stats_options, uncertain_rows, wanted
 from lmchallenge.logs import rundir
 from lmchallenge.stats.compute import state_of_log
@@ -29,7 +29,7 @@ model alone (--derived adds reranking.accuracy_at_least_base: Hit@1 of a fit
 never below it).
 --no-human: raw counts and sums (entropy.sum of -logp in nats).
 -o text lists them with their units.""")
-@click.argument("log", nargs=-1)
+@click.argument("log", nargs=-1, callback=not_empty)
 @click.option("-v", "--verbose", count=True, help="More detail on stderr.")
 @click.option("-n", "--lines", type=count(), help="Only the first N datums of each log.")
 @click.option("-o", "--output", type=click.Choice(sorted(OUTPUTS)), default="json",

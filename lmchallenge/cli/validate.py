@@ -5,12 +5,12 @@ from __future__ import annotations
 import click
 
 from lmchallenge.analysis.validate import validate_files
-from lmchallenge.cli.options import partial_option, set_verbosity, stdin_once
+from lmchallenge.cli.options import not_empty, partial_option, set_verbosity, stdin_once
 from lmchallenge.logs.files import log_form, run_dir_parts
 from lmchallenge.logs.io import read_log
 
 @click.command("validate")
-@click.argument("log", nargs=-1)
+@click.argument("log", nargs=-1, callback=not_empty)
 @click.option("-v", "--verbose", count=True, help="More detail on stderr.")
 @partial_option
 def cli(log: tuple[str, ...], verbose: int) -> None:
