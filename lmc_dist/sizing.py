@@ -15,8 +15,11 @@ characters that are not spaces (every character of a word token is one query; on
 shipped corpora the estimate is within 0.01% of the real count), ``we``/``wr`` the spaces,
 tabs and ASCII punctuation plus one (runs of punctuation are counted per character; within 2%
 of the real count on the shipped corpora, single messages within about 15%), ``ce`` the
-characters.  Only the ratio between partitions matters for balance; the absolute figure
-matters for :data:`MIN_PARTITION_QUERIES` and :data:`MAX_PARTITION_QUERIES`.
+characters.  Each estimate is a count of some ASCII bytes of the text and its characters
+(:class:`QueryCost`), so that the scan of a plain-text corpus computes it for a whole block
+of lines at once (:meth:`QueryCost.of_lines`).  Only the ratio between partitions matters
+for balance; the absolute figure matters for :data:`MIN_PARTITION_QUERIES` and
+:data:`MAX_PARTITION_QUERIES`.
 
 :class:`ForCluster` chooses the size when the run starts: the corpus' queries, estimated
 from its first :data:`SAMPLE_BYTES` (cost per byte times the file's size), divided into
@@ -35,10 +38,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from lmchallenge.games.spec import GameSpec
+import numpy as np
 
-QueryCost = Callable[[str], int]
-"""Estimated model queries of one message, from its text."""
+from lmchallenge.games.spec import GameSpec
 
 PARTITIONS_PER_WORKER = 4
 """Full-size partitions per worker before the taper (the taper adds about 2 per worker)."""
@@ -64,13 +66,55 @@ def _completion_queries(text: str) -> int:
     return len(text) - text.count(" ") - text.count("\n") - text.count("\t")
 
 
+@dataclass(frozen=True)
+class QueryCost:
+    """Estimated model queries of one message, from its text: ``cost(text)`` (an int).
+
+    Every estimate counts the ``counted`` bytes of the text's UTF-8 form (ASCII, so also its
+    characters) and its characters: ``words``, the count plus one (0 for an empty text);
+    else the characters less the count.  :meth:`of_lines` computes it for many lines from
+    those two counts.
+
+    Attributes:
+        per_text: the estimate of one text (C-level string operations).
+        counted: the ASCII bytes counted.
+        words: which of the two formulas.
+    """
+
+    per_text: Callable[[str], int]
+    counted: bytes
+    words: bool
+
+    def __call__(self, text: str) -> int:
+        return self.per_text(text)
+
+    def of_lines(self, counted: np.ndarray, characters: np.ndarray) -> np.ndarray:
+        """The estimates of many texts, as ``cost(text)`` gives each.
+
+        Args:
+            counted: per text, how many of its UTF-8 bytes are among ``counted`` (int64).
+            characters: per text, its characters (code points; int64, same shape).
+        Returns:
+            Per text, its estimated queries (int64, same shape).
+        """
+        return counted + (characters > 0) if self.words else characters - counted
+
+
+WE_COST = QueryCost(_words, _SEPARATORS, words=True)
+"""One query a word token (``we``, ``wr``, ``wc --next-word-only``)."""
+WC_COST = QueryCost(_completion_queries, b" \t\n", words=False)
+"""One query a character of a word (``wc``)."""
+CE_COST = QueryCost(len, b"", words=False)
+"""One query a character (``ce``)."""
+
+
 def query_cost(game: GameSpec) -> QueryCost:
     """The estimator of a message's model queries for ``game`` (see the module docstring)."""
     if game.name == "wc" and not game.options.get("next_word_only"):
-        return _completion_queries
+        return WC_COST
     if game.name == "ce":
-        return len
-    return _words
+        return CE_COST
+    return WE_COST
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import gzip
 import json
+import random
 import shutil
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from lmc_dist import partition
+from lmc_dist import sizing as sizing_module
 from lmc_dist.partition import read_partition, scan, taper_limit
+from lmc_dist.sizing import ForCluster, PartitionSize, query_cost
+from lmchallenge.errors import InputError
+from lmchallenge.games.spec import GameSpec
 
 from conftest import DATA
 COMMITS = DATA / "commits" / "rails.test.sample.jsonl"
@@ -105,3 +111,60 @@ def test_resume_refuses_a_run_dir_cut_otherwise(tmp_path: Path) -> None:
     merged = result.partitions[:-2] + [replace(result.partitions[-2], end=result.partitions[-1].end)]
     with pytest.raises(LmcError, match="cut into other partitions.*22 partitions there, 21 now"):
         mf.check_resumable(now, manifest_of(merged))
+
+
+def odd_text(seed: int, lines: int = 400) -> bytes:
+    """A plain-text corpus of ``lines`` + 1 lines of ASCII words, punctuation, tabs,
+    multi-byte characters (2, 3 and 4 bytes), CRs inside lines and before their LF (two in
+    the middle line: its block is read line by line), blank lines; a BOM first."""
+    rng = random.Random(seed)
+    pieces = ["the", "Lord", ",", ".", "\t", " ", "  ", "é", "ñandú", "日本", "😀", "\r", "!?",
+              "x=1", "\ufeff", "\u200d"]
+    out = ["\ufeff"] if seed % 2 else []
+    for _ in range(lines):
+        text = "".join(rng.choice(pieces) for _ in range(rng.choice([0, 1, 3, 8, 20])))
+        out.append(text + rng.choice(["\n", "\n", "\n", "\r\n"]))
+    out.insert(len(out) // 2, "two CRs\r\r\n")
+    if seed % 3 == 0:
+        out[-1] = out[-1].rstrip("\n")    # no LF at the end (a CR may stay)
+    return "".join(out).encode("utf-8")
+
+
+def line_by_line(monkeypatch: pytest.MonkeyPatch, *args, **kwargs):
+    """scan() with every block of a plain-text corpus read line by line."""
+    with monkeypatch.context() as m:
+        m.setattr(partition, "_block_lines", lambda *_: None)
+        return scan(*args, **kwargs)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("game", ["we", "wc", "ce"])
+def test_a_text_corpus_cut_a_block_at_a_time_as_line_by_line(tmp_path, monkeypatch, seed, game):
+    """The block scan (numpy counts, lmc_dist.partition._block_lines) cuts every plain-text
+    corpus where the line-by-line scan does, with the same counts, sizes and estimate:
+    blocks of about 100 bytes so that partitions span blocks."""
+    corpus = tmp_path / "odd.txt"
+    corpus.write_bytes(odd_text(seed))
+    monkeypatch.setattr(partition, "BLOCK_BYTES", 97)
+    monkeypatch.setattr(sizing_module, "SAMPLE_BYTES", 1500)
+    monkeypatch.setattr(partition, "SAMPLE_BYTES", 1500)
+    cost = query_cost(GameSpec(game))
+    for size in (ForCluster(3, min_queries=40), PartitionSize("characters", 300), 1):
+        blocks = scan(str(corpus), "text", size, False, str(tmp_path), cost=cost)
+        lines = line_by_line(monkeypatch, str(corpus), "text", size, False, str(tmp_path),
+                             cost=cost)
+        assert blocks == lines
+        assert len(blocks.partitions) > 5
+    texts = [m.text for p in blocks.partitions for m in read_partition(blocks.path, p, "text")]
+    assert len(texts) == blocks.messages == 401
+    assert sum(map(cost, texts)) == sum(p.queries for p in blocks.partitions)
+    assert sum(map(len, texts)) == blocks.characters
+
+
+def test_a_block_that_is_not_utf_8_is_read_line_by_line_and_its_line_named(tmp_path, monkeypatch):
+    corpus = tmp_path / "bad.txt"
+    corpus.write_bytes(odd_text(1, 50) + b"caf\xe9\n" + odd_text(2, 50))    # line 52
+    monkeypatch.setattr(partition, "BLOCK_BYTES", 97)
+    with pytest.raises(InputError) as raised:
+        scan(str(corpus), "text", 100, False, str(tmp_path), cost=query_cost(GameSpec("we")))
+    assert str(raised.value) == f"{corpus}:52: not valid UTF-8 (byte 3 of the line)"
