@@ -29,11 +29,12 @@
 #   (timeout_s 200): the 1M lines over the pipe again
 # Stage 7 ran on 2026-11-27 (one call, 446 s; BENCHMARKS.md): the next session lent the
 # machine runs stage 8 first (timeout_s 570: where one GPU model process's time goes, then
-# passes of 64 and 256 rows for 8 shared processes under MPS, the faster on 100k lines).
+# passes of 64 and 256 rows for 8 shared processes under MPS, the faster on 100k lines), then
+# stage 9 (timeout_s 150: 1M lines of `we` since the scan reads blocks; issue 12's 60 s).
 # Each step's output is also in $OUT/STEP.log. A step that runs past its limit is stopped
 # (with its whole process group) and the next one starts; its log says how far it got.
 set -u
-stage=${1:?usage: device_checks.sh 1|2|3|4|5|6|7|8}
+stage=${1:?usage: device_checks.sh 1|2|3|4|5|6|7|8|9}
 out=${OUT:-/tmp/device-checks}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 LMC_WHEELS_SITE=/tmp/lmc-site
@@ -155,5 +156,11 @@ case $stage in
         --batch-size "$best" --chunk 32 --shared 8
     echo quit | nvidia-cuda-mps-control
     ;;
-*)  echo "stage 1, 2, 3, 4, 5, 6, 7 or 8" >&2; exit 2 ;;
+9)  # issue 12: 1M lines of we on 16 workers, the model in process, since the scan reads a
+    # block of lines at a time (67.3 s on 2026-11-27, of which about 6 s the scan; 4x less
+    # CPU on the 2-CPU host): the target is 60 s; "corpus: ... scan N s" is the scan alone
+    step we1Min 130 python3 benchmarks/scaling.py --wheels .whl --games we --lines 1000000 \
+        --base-lines 20000 --workers 16 --in-process --json "$out/we1Min.json"
+    ;;
+*)  echo "stage 1, 2, 3, 4, 5, 6, 7, 8 or 9" >&2; exit 2 ;;
 esac
