@@ -6,9 +6,9 @@
 The scan (:func:`lmc_dist.partition.scan`: validate every line, estimate its model queries,
 cut the partitions for 16 workers) runs on the client before the first partition is given
 out.  Each round times it both ways, alternating, in this process: as ``lmc-dist`` runs it
-(a block at a time, counted with numpy) and line by line (every block read as
-:func:`lmc_dist.partition._block_lines` declines it, the path of a corpus that is not
-UTF-8 and of the scan before blocks); both must cut the same partitions.  Printed per game:
+(a block at a time, counted with numpy) and line by line (every block read as a block that
+:func:`lmc_dist.partition._block_lines` declines, one that is not UTF-8, is read); both must
+cut the same partitions.  Printed per game:
 CPU seconds of each (min and median of the rounds) and line by line over blocks.  The
 corpus is built as ``benchmarks/scaling.py`` builds it (a 1M-line kjv corpus is 133 MB,
 about 20 s to write).

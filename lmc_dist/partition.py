@@ -334,10 +334,10 @@ def _per_line(block: bytes, marks: bytes, starts: np.ndarray) -> np.ndarray:
                            dtype=np.int64)
 
 
-def _text_blocks(plain: str, name: str,
-                 cost: QueryCost | None) -> Iterator[_Block | Iterator[_Line]]:
+def _text_blocks(plain: str, name: str, cost: QueryCost | None) -> Iterator[_Block]:
     """The lines of the plain-text corpus ``plain`` (named ``name`` in errors), a block at a
-    time: counted at once (:func:`_block_lines`), or, where a block needs it, line by line."""
+    time: counted at once (:func:`_block_lines`), or, where a block needs it, line by line
+    (:func:`_lines_as_block`)."""
     offset, number = 0, 1
     with fsspec.open(plain, "rb") as stream:
         blocks = whole_line_blocks(stream.read, BLOCK_BYTES)
@@ -349,10 +349,24 @@ def _text_blocks(plain: str, name: str,
             if block is None:
                 return
             lines = _block_lines(block, offset, number, cost)
-            yield lines if lines is not None else \
-                _lines_of(io.BytesIO(block), "text", name, offset, number)
+            if lines is None:
+                lines = _lines_as_block(block, name, offset, number, cost)
+            yield lines
             offset += len(block)
-            number += block.count(b"\n") + (not block.endswith(b"\n"))
+            number += len(lines.starts)
+
+
+def _lines_as_block(block: bytes, name: str, offset: int, first_line: int,
+                    cost: QueryCost | None) -> _Block:
+    """What :func:`_block_lines` gives, from :func:`_lines_of`: a block of plain text read
+    line by line (a line that is not UTF-8 raises InputError naming it)."""
+    lines = list(_lines_of(io.BytesIO(block), "text", name, offset, first_line))
+    texts = [line.message.text for line in lines]
+    return _Block(first_line, np.array([line.start for line in lines], dtype=np.int64),
+                  np.array([line.end for line in lines], dtype=np.int64),
+                  np.array([len(text) for text in texts], dtype=np.int64),
+                  np.array([cost(text) if cost is not None else 0 for text in texts],
+                           dtype=np.int64))
 
 
 def _message(text: str, name: str, number: int, fmt: str) -> Message | None:
@@ -413,13 +427,9 @@ def scan(path: str, fmt: str, size: int | PartitionSize | ForCluster, train: boo
             size = size.resolve(per_byte * (total_bytes or SAMPLE_BYTES))
     cutter = _Cutter(size, train, total_bytes=total_bytes, cost=cost, queries_per_byte=per_byte)
     users = UserTypes()
-    if fmt == "text" and not train and (cost is None or isinstance(cost, QueryCost)):
-        for lines in _text_blocks(plain, path, cost):    # no users; a block at a time
-            if isinstance(lines, _Block):
-                cutter.add_block(lines)
-            else:
-                for line in lines:
-                    cutter.add(line)
+    if fmt == "text" and not train:
+        for block in _text_blocks(plain, path, cost):    # no users; a block at a time
+            cutter.add_block(block)
     else:
         for line in _lines(plain, fmt, path):
             cutter.add(line)
@@ -435,18 +445,11 @@ def scan(path: str, fmt: str, size: int | PartitionSize | ForCluster, train: boo
 def _queries_per_byte(plain: str, fmt: str, name: str, cost: QueryCost) -> float:
     """Estimated queries per byte of the corpus' first :data:`SAMPLE_BYTES` (whole lines)."""
     queries, sampled = 0, 0
-    if fmt == "text" and isinstance(cost, QueryCost):
-        for lines in _text_blocks(plain, name, cost):
-            if isinstance(lines, _Block):
-                last = min(int(np.searchsorted(lines.ends, SAMPLE_BYTES, "left")),
-                           len(lines.ends) - 1)
-                queries += int(lines.queries[:last + 1].sum())
-                sampled = int(lines.ends[last])
-            else:
-                for line in lines:
-                    queries, sampled = queries + cost(line.message.text), line.end
-                    if sampled >= SAMPLE_BYTES:
-                        break
+    if fmt == "text":
+        for block in _text_blocks(plain, name, cost):
+            last = min(int(np.searchsorted(block.ends, SAMPLE_BYTES, "left")), len(block.ends) - 1)
+            queries += int(block.queries[:last + 1].sum())
+            sampled = int(block.ends[last])
             if sampled >= SAMPLE_BYTES:
                 break
         return queries / sampled if sampled else 0.0
@@ -526,25 +529,23 @@ class _Cutter:
     def add_block(self, block: _Block) -> None:
         """Add the lines of ``block`` (of a plain-text corpus, not training: one user, cut
         anywhere), cutting where :meth:`add` would, one search a partition."""
-        measure = block.characters if self.measure == "characters" else block.queries
         sums = {key: np.concatenate(([0], np.cumsum(values)))
-                for key, values in (("measure", measure), ("characters", block.characters),
-                                    ("queries", block.queries))}
+                for key, values in (("characters", block.characters), ("queries", block.queries))}
+        measured = sums[self.measure]
         i, n = 0, len(block.starts)
         while i < n:
             if self._open is not None and self._open[self.measure] >= self._limit:
                 self._close()
             if self._open is None:
-                start = int(block.starts[i])
-                first = self._user is not None      # the corpus' first message
+                start = int(block.starts[i])     # (the first message: _number is -1)
                 self._open = dict(start=start, end=start, first_line=block.first_line + i,
-                                  first_message=0 if first else self._number + 1, messages=0,
-                                  characters=0, users=1, queries=0)
+                                  first_message=self._number + 1, messages=0, characters=0,
+                                  users=1, queries=0)
                 self._limit = self._limit_from(start)
-                self._user, self._number = None, -1 if first else self._number
+                self._user = None
             part = self._open
             need = self._limit - part[self.measure]
-            end = min(n, int(np.searchsorted(sums["measure"], sums["measure"][i] + need, "left")))
+            end = min(n, int(np.searchsorted(measured, measured[i] + need, "left")))
             part["end"] = int(block.ends[end - 1])
             part["messages"] += end - i
             part["characters"] += int(sums["characters"][end] - sums["characters"][i])

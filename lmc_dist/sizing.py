@@ -34,7 +34,6 @@ recorded size) alone.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -57,36 +56,29 @@ SAMPLE_BYTES = 4 << 20
 _SEPARATORS = b" \t" + b',.;:!?"()[]{}<>/=*+`'
 
 
-def _words(text: str) -> int:
-    data = text.encode("utf-8", "surrogatepass")
-    return len(data) - len(data.translate(None, _SEPARATORS)) + 1 if data else 0
-
-
-def _completion_queries(text: str) -> int:
-    return len(text) - text.count(" ") - text.count("\n") - text.count("\t")
-
-
 @dataclass(frozen=True)
 class QueryCost:
     """Estimated model queries of one message, from its text: ``cost(text)`` (an int).
 
     Every estimate counts the ``counted`` bytes of the text's UTF-8 form (ASCII, so also its
     characters) and its characters: ``words``, the count plus one (0 for an empty text);
-    else the characters less the count.  :meth:`of_lines` computes it for many lines from
-    those two counts.
+    else the characters less the count.  ``cost(text)`` computes it with C-level string
+    operations, :meth:`of_lines` for many lines from those two counts.
 
     Attributes:
-        per_text: the estimate of one text (C-level string operations).
         counted: the ASCII bytes counted.
         words: which of the two formulas.
     """
 
-    per_text: Callable[[str], int]
     counted: bytes
     words: bool
 
     def __call__(self, text: str) -> int:
-        return self.per_text(text)
+        data = text.encode("utf-8", "surrogatepass")
+        counted = len(data) - len(data.translate(None, self.counted))
+        if self.words:
+            return counted + 1 if data else 0
+        return len(text) - counted
 
     def of_lines(self, counted: np.ndarray, characters: np.ndarray) -> np.ndarray:
         """The estimates of many texts, as ``cost(text)`` gives each.
@@ -100,11 +92,11 @@ class QueryCost:
         return counted + (characters > 0) if self.words else characters - counted
 
 
-WE_COST = QueryCost(_words, _SEPARATORS, words=True)
+WE_COST = QueryCost(_SEPARATORS, words=True)
 """One query a word token (``we``, ``wr``, ``wc --next-word-only``)."""
-WC_COST = QueryCost(_completion_queries, b" \t\n", words=False)
+WC_COST = QueryCost(b" \t\n", words=False)
 """One query a character of a word (``wc``)."""
-CE_COST = QueryCost(len, b"", words=False)
+CE_COST = QueryCost(b"", words=False)
 """One query a character (``ce``)."""
 
 
