@@ -1,22 +1,25 @@
-"""`lmc-dist`'s scan of a plain-text corpus, a block of lines at a time against line by line.
+"""`lmc-dist`'s scan of a corpus, a block of lines at a time against line by line.
 
     python benchmarks/scan.py [--lines 1000000] [--text kjv] [--games we,wc,ce] [--rounds 3]
-        [--corpus FILE]
+        [--json] [--train] [--corpus FILE]
 
 The scan (:func:`lmc_dist.partition.scan`: validate every line, estimate its model queries,
 cut the partitions for 16 workers) runs on the client before the first partition is given
 out.  Each round times it both ways, alternating, in this process: as ``lmc-dist`` runs it
-(a block at a time, counted with numpy) and line by line (every block read as a block that
-:func:`lmc_dist.partition._block_lines` declines, one that is not UTF-8, is read); both must
-cut the same partitions.  Printed per game:
+(a block at a time: :func:`lmc_dist.partition._block_lines` counts a plain-text block with
+numpy, :func:`lmc_dist.partition._json_block` reads a json one after one decode) and line by
+line (every block read as a block that those decline, one that is not UTF-8, is read); both
+must cut the same partitions.  Printed per game:
 CPU seconds of each (min and median of the rounds) and line by line over blocks.  The
 corpus is built as ``benchmarks/scaling.py`` builds it (a 1M-line kjv corpus is 133 MB,
-about 20 s to write).
+about 20 s to write); ``--json``: a json corpus of the rails commit messages instead
+(:func:`build_json_corpus`), scanned with ``--train`` (a user's rows never split) or not.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import tempfile
 import time
@@ -26,18 +29,34 @@ from unittest import mock
 from scaling import build_corpus
 
 from lmc_dist import partition
+from lmc_dist.partition import detect_format
 from lmc_dist.sizing import ForCluster, query_cost
 from lmchallenge.games.spec import GameSpec
 
 
-def timed_scan(corpus: Path, game: str, blocks: bool) -> tuple[float, list]:
+def build_json_corpus(path: Path, lines: int) -> None:
+    """Write ``lines`` rows of ``data/commits/rails.test.sample.jsonl`` (3,118 rows of 1,380
+    users) to ``path``, cycling through it, each cycle's users renamed (``ID-N``) so that every
+    run of a user's rows is a user of its own (about 167 MB for 1M rows)."""
+    source = Path(__file__).resolve().parents[1] / "data" / "commits" / "rails.test.sample.jsonl"
+    rows = [json.loads(line) for line in source.read_text(encoding="utf-8").splitlines()]
+    with open(path, "w", encoding="utf-8") as f:
+        for n in range(lines):
+            cycle, row = divmod(n, len(rows))
+            f.write(json.dumps(dict(rows[row], userId=f"{rows[row]['userId']}-{cycle}")) + "\n")
+
+
+def timed_scan(corpus: Path, game: str, blocks: bool, train: bool) -> tuple[float, list]:
     """CPU seconds of one scan for 16 workers, and its partitions."""
+    declined = lambda *_: None     # noqa: E731 (every block read line by line)
     with tempfile.TemporaryDirectory() as work, \
             mock.patch.object(partition, "_block_lines",
-                              partition._block_lines if blocks else lambda *_: None):
+                              partition._block_lines if blocks else declined), \
+            mock.patch.object(partition, "_json_block",
+                              partition._json_block if blocks else declined):
         start = time.process_time()
-        result = partition.scan(str(corpus), "text", ForCluster(16), False, work,
-                                cost=query_cost(GameSpec(game)))
+        result = partition.scan(str(corpus), detect_format(str(corpus)), ForCluster(16), train,
+                                work, cost=query_cost(GameSpec(game)))
         return time.process_time() - start, result.partitions
 
 
@@ -47,11 +66,15 @@ def main() -> None:
     parser.add_argument("--text", default="kjv", choices=["kjv", "commits", "both"])
     parser.add_argument("--games", default="we,wc,ce")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", action="store_true", help="a json corpus (rails commits)")
+    parser.add_argument("--train", action="store_true", help="scan as for --train")
     parser.add_argument("--corpus", type=Path, help="a corpus file to scan (default: built)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
         corpus = args.corpus or Path(work) / "corpus.txt"
-        if args.corpus is None:
+        if args.corpus is None and args.json:
+            build_json_corpus(corpus, args.lines)
+        elif args.corpus is None:
             build_corpus(corpus, args.lines, args.text)
         print(f"corpus: {corpus.stat().st_size / 1e6:.1f} MB", flush=True)
         for game in args.games.split(","):
@@ -59,7 +82,7 @@ def main() -> None:
             cuts = {}
             for _ in range(args.rounds):
                 for blocks in (True, False):
-                    seconds, cuts[blocks] = timed_scan(corpus, game, blocks)
+                    seconds, cuts[blocks] = timed_scan(corpus, game, blocks, args.train)
                     times[blocks].append(seconds)
             assert cuts[True] == cuts[False], "the two scans cut differently"
             fast, slow = (statistics.median(times[b]) for b in (True, False))

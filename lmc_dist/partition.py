@@ -22,12 +22,13 @@ of estimated model queries chosen for the cluster (:class:`lmc_dist.sizing.ForCl
 A ``.gz`` input is first decompressed into the run directory (workers then read byte ranges
 of the plain copy; a gzip stream cannot be entered in the middle), then scanned.
 
-A plain-text corpus without training (no users, a cut anywhere) is scanned a block of lines
-at a time: its lines' byte ranges, characters and estimated queries counted with numpy
-(:func:`_block_lines`), a partition's end found by one search of their running sum
-(:meth:`_Cutter.add_block`); the same partitions as line by line, about 4x less CPU
-(BENCHMARKS.md, "scan").  Other corpora, and a block that is not UTF-8 (whose error names its
-line), go line by line.
+The corpus is scanned a block of lines at a time (:data:`BLOCK_BYTES`): a plain-text block's
+lines' byte ranges, characters and estimated queries counted with numpy (:func:`_block_lines`),
+a json block decoded at once and its rows read one by one (:func:`_json_block`); a partition's
+end found by one search of the running sum of its messages' sizes and, when training, of the
+users' first messages (:meth:`_Cutter.add_block`).  The same partitions as line by line, at a
+quarter of the CPU for plain text and half for json (BENCHMARKS.md, "scaling").  A block that
+is not UTF-8 (whose error names its line) is read line by line.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ import numpy as np
 
 from lmchallenge.corpus import (BOM, EMPTY_GZIP, READ_ERRORS, FileVersion, Message, decode_lines,
                                  file_version, first_non_blank, is_gzip_name, is_stream,
-                                 parse_json_row, whole_line_blocks)
+                                 json_row_fields, parse_json_row, whole_line_blocks)
 from lmchallenge.corpus import detect_format as corpus_format_of
 from lmchallenge.errors import InputError
 from lmchallenge.logs.parquet import a_kind, mixed_users_message, user_kind, wide_user_message
@@ -131,12 +132,15 @@ class UserTypes:
 
     first: dict[str, tuple[int, Any]] = field(default_factory=dict)
 
-    def add(self, message: Message) -> None:
-        """Note the user of ``message`` (read from line ``message.line``)."""
-        if message.user is not None:
-            kind = user_kind(message.user)
-            if kind not in self.first:
-                self.first[kind] = (message.line, message.user)
+    def add_all(self, users: Iterable[Any], lines: Iterable[int]) -> None:
+        """Note ``users`` (of json rows; None for none), each read from its line of ``lines``."""
+        previous: Any = None
+        for user, line in zip(users, lines):
+            if user is not None and user != previous:
+                kind = user_kind(user)
+                if kind not in self.first:
+                    self.first[kind] = (int(line), user)
+            previous = user
 
     @property
     def kind(self) -> str:
@@ -232,14 +236,6 @@ def _lines_in(path: str) -> int:
         return sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
 
 
-def _lines(path: str, fmt: str, name: str) -> Iterator[_Line]:
-    """Numbered, validated lines of the plain file ``path`` with their byte ranges (errors
-    name the corpus as ``name``): one :func:`lmchallenge.corpus.decode_lines` pass over the
-    file, each raw line's length noted as it goes by."""
-    with fsspec.open(path, "rb") as stream:
-        yield from _lines_of(stream, fmt, name)
-
-
 def _lines_of(stream: Iterable[bytes], fmt: str, name: str, offset: int = 0,
               first_line: int = 1) -> Iterator[_Line]:
     """The lines of ``stream`` (raw lines, the first at byte ``offset`` of the corpus and
@@ -263,21 +259,51 @@ BLOCK_BYTES = 8 << 20
 
 @dataclass(frozen=True)
 class _Block:
-    """The lines of a block of a plain-text corpus, as arrays (int64, one entry a line).
+    """A block of whole lines of the corpus, as arrays (int64): its lines, and of them the
+    messages (every line of a plain-text corpus; the lines that are not blank of a json one).
 
     Attributes:
         first_line: the number of its first line.
-        starts, ends: each line's byte range in the corpus, its line ending included.
-        characters: the characters of each line's text (as :func:`lmchallenge.corpus.decode_lines`
-            gives it: no line ending; on line 1 no byte-order mark).
-        queries: each text's estimated queries (zeros without an estimate).
+        start: the byte offset of its first line in the corpus.
+        line_ends: per line, the byte offset just after it (its line ending included).
+        rows: per message, the index of its line among the block's lines.
+        characters: per message, the characters of its text (as :func:`lmchallenge.corpus.
+            decode_lines` and :func:`lmchallenge.corpus.parse_json_row` give it: no line
+            ending; on line 1 no byte-order mark).
+        queries: per message, its text's estimated queries (zeros without an estimate).
+        users: per message, its user (json); None for plain text (one user, ``None``).
     """
 
     first_line: int
-    starts: np.ndarray
-    ends: np.ndarray
+    start: int
+    line_ends: np.ndarray
+    rows: np.ndarray
     characters: np.ndarray
     queries: np.ndarray
+    users: list[Any] | None = None
+
+    @property
+    def end(self) -> int:
+        """The byte offset just after the block."""
+        return int(self.line_ends[-1])
+
+    @property
+    def next_line(self) -> int:
+        """The number of the line after the block."""
+        return self.first_line + len(self.line_ends)
+
+    def message_starts(self) -> np.ndarray:
+        """Per message, the byte offset of its line."""
+        return np.concatenate(([self.start], self.line_ends[:-1]))[self.rows]
+
+
+def _line_ends(data: np.ndarray) -> np.ndarray:
+    """The offsets just after each line of ``data`` (a block's bytes as uint8): after each LF,
+    and the block's end where its last line has none."""
+    ends = np.flatnonzero(data == 10) + 1
+    if not len(ends) or ends[-1] != len(data):     # the last line has no LF
+        ends = np.append(ends, len(data))
+    return ends
 
 
 def _block_lines(block: bytes, offset: int, first_line: int,
@@ -295,9 +321,7 @@ def _block_lines(block: bytes, offset: int, first_line: int,
         except UnicodeDecodeError:
             return None
     data = np.frombuffer(block, dtype=np.uint8)
-    ends = np.flatnonzero(data == 10) + 1
-    if not len(ends) or ends[-1] != len(data):     # the last line has no LF
-        ends = np.append(ends, len(data))
+    ends = _line_ends(data)
     starts = np.empty_like(ends)
     starts[0], starts[1:] = 0, ends[:-1]
     lf = data[ends - 1] == 10
@@ -320,7 +344,7 @@ def _block_lines(block: bytes, offset: int, first_line: int,
             marks = bytes(byte in cost.counted for byte in range(256))
             counted = _per_line(block, marks, starts) - lf * marks[10] - cr * marks[13]
         queries = cost.of_lines(counted, characters)
-    return _Block(first_line, starts + offset, ends + offset, characters, queries)
+    return _Block(first_line, offset, ends + offset, np.arange(len(ends)), characters, queries)
 
 
 _NOT_CONTINUATION = bytes(0 if 0x80 <= byte < 0xC0 else 1 for byte in range(256))
@@ -334,10 +358,47 @@ def _per_line(block: bytes, marks: bytes, starts: np.ndarray) -> np.ndarray:
                            dtype=np.int64)
 
 
-def _text_blocks(plain: str, name: str, cost: QueryCost | None) -> Iterator[_Block]:
-    """The lines of the plain-text corpus ``plain`` (named ``name`` in errors), a block at a
-    time: counted at once (:func:`_block_lines`), or, where a block needs it, line by line
-    (:func:`_lines_as_block`)."""
+def _json_block(block: bytes, offset: int, first_line: int, name: str,
+                cost: QueryCost | None) -> _Block | None:
+    """The lines of ``block`` (whole lines of a json corpus from byte ``offset``, the first
+    numbered ``first_line``; named ``name`` in errors): one decode of the block, then each
+    line that is not blank parsed as :func:`lmchallenge.corpus.parse_json_row` parses it.
+    None where the block is not UTF-8 (it is then read line by line, and the error names
+    the line).
+
+    Raises:
+        InputError: a line that is not a valid row (file and line named).
+    """
+    try:
+        text = block.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    pieces = text.split("\n")
+    if text.endswith("\n"):
+        pieces.pop()                    # (the empty text after the last LF)
+    if first_line == 1 and pieces and pieces[0].startswith(BOM):
+        pieces[0] = pieces[0][len(BOM):]
+    rows, users, texts = [], [], []
+    for row, piece in enumerate(pieces):
+        if piece.strip():               # (a blank line belongs to no message)
+            user, message, _ = json_row_fields(piece.rstrip("\r"), name, first_line + row)
+            rows.append(row)
+            users.append(user)
+            texts.append(message)
+    return _Block(first_line, offset, _line_ends(np.frombuffer(block, dtype=np.uint8)) + offset,
+                  np.array(rows, dtype=np.int64), np.array(list(map(len, texts)), dtype=np.int64),
+                  np.array(list(map(cost, texts)) if cost is not None else np.zeros(len(texts)),
+                           dtype=np.int64), users)
+
+
+def _blocks(plain: str, fmt: str, name: str, cost: QueryCost | None) -> Iterator[_Block]:
+    """The lines of the corpus ``plain`` (``text`` or ``json``; named ``name`` in errors), a
+    block at a time: counted at once (:func:`_block_lines`, :func:`_json_block`), or, where a
+    block needs it, line by line (:func:`_lines_as_block`).
+
+    Raises:
+        InputError: a line that is not UTF-8 or not a valid row, or the file cannot be read.
+    """
     offset, number = 0, 1
     with fsspec.open(plain, "rb") as stream:
         blocks = whole_line_blocks(stream.read, BLOCK_BYTES)
@@ -348,25 +409,27 @@ def _text_blocks(plain: str, name: str, cost: QueryCost | None) -> Iterator[_Blo
                 raise InputError(name, number, f"cannot read: {e}") from None
             if block is None:
                 return
-            lines = _block_lines(block, offset, number, cost)
+            lines = (_block_lines(block, offset, number, cost) if fmt == "text"
+                     else _json_block(block, offset, number, name, cost))
             if lines is None:
-                lines = _lines_as_block(block, name, offset, number, cost)
+                lines = _lines_as_block(block, fmt, name, offset, number, cost)
             yield lines
-            offset += len(block)
-            number += len(lines.starts)
+            offset, number = lines.end, lines.next_line
 
 
-def _lines_as_block(block: bytes, name: str, offset: int, first_line: int,
+def _lines_as_block(block: bytes, fmt: str, name: str, offset: int, first_line: int,
                     cost: QueryCost | None) -> _Block:
-    """What :func:`_block_lines` gives, from :func:`_lines_of`: a block of plain text read
-    line by line (a line that is not UTF-8 raises InputError naming it)."""
-    lines = list(_lines_of(io.BytesIO(block), "text", name, offset, first_line))
-    texts = [line.message.text for line in lines]
-    return _Block(first_line, np.array([line.start for line in lines], dtype=np.int64),
-                  np.array([line.end for line in lines], dtype=np.int64),
-                  np.array([len(text) for text in texts], dtype=np.int64),
-                  np.array([cost(text) if cost is not None else 0 for text in texts],
-                           dtype=np.int64))
+    """What :func:`_block_lines` or :func:`_json_block` gives, from :func:`_lines_of`: a
+    block read line by line (a line that is not UTF-8 raises InputError naming it)."""
+    lines = list(_lines_of(io.BytesIO(block), fmt, name, offset, first_line))
+    rows = [row for row, line in enumerate(lines) if line.message is not None]
+    messages = [lines[row].message for row in rows]
+    return _Block(first_line, offset, np.array([line.end for line in lines], dtype=np.int64),
+                  np.array(rows, dtype=np.int64),
+                  np.array([len(m.text) for m in messages], dtype=np.int64),
+                  np.array([cost(m.text) if cost is not None else 0 for m in messages],
+                           dtype=np.int64),
+                  [m.user for m in messages] if fmt == "json" else None)
 
 
 def _message(text: str, name: str, number: int, fmt: str) -> Message | None:
@@ -425,16 +488,12 @@ def scan(path: str, fmt: str, size: int | PartitionSize | ForCluster, train: boo
         per_byte = _queries_per_byte(plain, fmt, path, cost)
         if isinstance(size, ForCluster):
             size = size.resolve(per_byte * (total_bytes or SAMPLE_BYTES))
-    cutter = _Cutter(size, train, total_bytes=total_bytes, cost=cost, queries_per_byte=per_byte)
+    cutter = _Cutter(size, train, total_bytes=total_bytes, queries_per_byte=per_byte)
     users = UserTypes()
-    if fmt == "text" and not train:
-        for block in _text_blocks(plain, path, cost):    # no users; a block at a time
-            cutter.add_block(block)
-    else:
-        for line in _lines(plain, fmt, path):
-            cutter.add(line)
-            if line.message is not None:
-                users.add(line.message)
+    for block in _blocks(plain, fmt, path, cost):
+        cutter.add_block(block)
+        if block.users is not None:
+            users.add_all(block.users, block.rows + block.first_line)
     partitions = cutter.finish()
     return ScanResult(path=plain, corpus_format=fmt, sha256=sha256, partitions=partitions,
                       messages=sum(p.messages for p in partitions),
@@ -445,18 +504,11 @@ def scan(path: str, fmt: str, size: int | PartitionSize | ForCluster, train: boo
 def _queries_per_byte(plain: str, fmt: str, name: str, cost: QueryCost) -> float:
     """Estimated queries per byte of the corpus' first :data:`SAMPLE_BYTES` (whole lines)."""
     queries, sampled = 0, 0
-    if fmt == "text":
-        for block in _text_blocks(plain, name, cost):
-            last = min(int(np.searchsorted(block.ends, SAMPLE_BYTES, "left")), len(block.ends) - 1)
-            queries += int(block.queries[:last + 1].sum())
-            sampled = int(block.ends[last])
-            if sampled >= SAMPLE_BYTES:
-                break
-        return queries / sampled if sampled else 0.0
-    for line in _lines(plain, fmt, name):
-        if line.message is not None:
-            queries += cost(line.message.text)
-        sampled = line.end
+    for block in _blocks(plain, fmt, name, cost):
+        last = min(int(np.searchsorted(block.line_ends, SAMPLE_BYTES, "left")),
+                   len(block.line_ends) - 1)       # the line that ends the sample, or the last
+        queries += int(block.queries[:int(np.searchsorted(block.rows, last, "right"))].sum())
+        sampled = int(block.line_ends[last])
         if sampled >= SAMPLE_BYTES:
             break
     return queries / sampled if sampled else 0.0
@@ -469,18 +521,16 @@ class _Cutter:
         size: target size per partition (characters or estimated queries) and taper.
         train: never cut inside a user's group.
         total_bytes: size of the input, for the taper at its end (None: no taper).
-        cost: estimated queries of a message (None: not recorded; size must count characters).
         queries_per_byte: the corpus' estimated queries per byte (the taper's estimate of
             what is to come before the first partition is closed).
     """
 
     def __init__(self, size: PartitionSize, train: bool, total_bytes: int | None = None,
-                 cost: QueryCost | None = None, queries_per_byte: float | None = None):
+                 queries_per_byte: float | None = None):
         self.limit = size.limit
         self.divisor = size.taper_divisor
         self.measure = "queries" if size.unit == "queries" else "characters"
         self.initial_per_byte = queries_per_byte if self.measure == "queries" else 1.0
-        self.cost = cost
         self.train = train
         self.total_bytes = total_bytes
         self.partitions: list[Partition] = []
@@ -500,58 +550,64 @@ class _Cutter:
         per_byte = self._before / offset if offset > 0 else self.initial_per_byte
         return taper_limit(self.limit, (self.total_bytes - offset) * per_byte, self.divisor)
 
-    def add(self, line: _Line) -> None:
-        message = line.message
-        if message is None:  # a blank line of a json corpus: belongs to the current range
-            if self._open is not None:
-                self._open["end"] = line.end
-            return
-        new_group = message.user != self._user
-        number = 0 if new_group else self._number + 1
-        may_cut = new_group or not self.train
-        if self._open is not None and may_cut and self._open[self.measure] >= self._limit:
-            self._close()
-        if self._open is None:
-            self._open = dict(start=line.start, end=line.end, first_line=line.number,
-                              first_message=number, messages=0, characters=0, users=0,
-                              queries=0)
-            self._limit = self._limit_from(line.start)
-        part = self._open
-        part["end"] = line.end
-        part["messages"] += 1
-        part["characters"] += len(message.text)
-        if self.cost is not None:
-            part["queries"] += self.cost(message.text)
-        if new_group or part["messages"] == 1:
-            part["users"] += 1
-        self._user, self._number = message.user, number
-
     def add_block(self, block: _Block) -> None:
-        """Add the lines of ``block`` (of a plain-text corpus, not training: one user, cut
-        anywhere), cutting where :meth:`add` would, one search a partition."""
+        """Add the lines of ``block``, cutting before the first message that finds the open
+        partition full (its size reached) where a cut is allowed (anywhere; when training,
+        at a user's first message only), one search of the running sum a partition.  The
+        blank lines after a message belong to its partition."""
+        n = len(block.rows)
+        if n:
+            self._add_messages(block, n)
+        if self._open is not None:
+            self._open["end"] = block.end
+
+    def _add_messages(self, block: _Block, n: int) -> None:
+        """Add the ``n`` messages of ``block`` (see :meth:`add_block`)."""
+        new_group = self._new_groups(block, n)
+        index = np.arange(n)
+        group_start = np.maximum.accumulate(np.where(new_group, index, -1))
+        numbers = np.where(group_start >= 0, index - group_start, self._number + 1 + index)
+        cuts = np.flatnonzero(new_group) if self.train else index   # where a cut may fall
+        starts = block.message_starts()
         sums = {key: np.concatenate(([0], np.cumsum(values)))
                 for key, values in (("characters", block.characters), ("queries", block.queries))}
         measured = sums[self.measure]
-        i, n = 0, len(block.starts)
+        i = 0
         while i < n:
-            if self._open is not None and self._open[self.measure] >= self._limit:
+            if self._open is not None and self._open[self.measure] >= self._limit \
+                    and (not self.train or new_group[i]):
+                self._open["end"] = int(starts[i])      # (with the blank lines before i)
                 self._close()
             if self._open is None:
-                start = int(block.starts[i])     # (the first message: _number is -1)
-                self._open = dict(start=start, end=start, first_line=block.first_line + i,
-                                  first_message=self._number + 1, messages=0, characters=0,
-                                  users=1, queries=0)
+                start = int(starts[i])
+                self._open = dict(start=start, end=start, first_line=block.first_line
+                                  + int(block.rows[i]), first_message=int(numbers[i]),
+                                  messages=0, characters=0, users=0, queries=0)
                 self._limit = self._limit_from(start)
-                self._user = None
             part = self._open
-            need = self._limit - part[self.measure]
-            end = min(n, int(np.searchsorted(measured, measured[i] + need, "left")))
-            part["end"] = int(block.ends[end - 1])
+            full = max(i + 1, int(np.searchsorted(measured, measured[i] + self._limit
+                                                  - part[self.measure], "left")))
+            cut = int(np.searchsorted(cuts, full, "left"))
+            end = min(n, int(cuts[cut]) if cut < len(cuts) else n)
+            part["users"] += int(np.count_nonzero(new_group[i:end])) \
+                + (part["messages"] == 0 and not new_group[i])
             part["messages"] += end - i
             part["characters"] += int(sums["characters"][end] - sums["characters"][i])
             part["queries"] += int(sums["queries"][end] - sums["queries"][i])
-            self._number += end - i
             i = end
+        self._number = int(numbers[-1])
+
+    def _new_groups(self, block: _Block, n: int) -> np.ndarray:
+        """Per message of ``block``, whether it begins a user's group (a plain-text corpus is
+        one group: only its first message does)."""
+        if block.users is None:
+            new_group = np.zeros(n, dtype=bool)
+            new_group[0] = self._number < 0       # (the corpus' first message)
+            return new_group
+        before = [self._user, *block.users[:-1]]
+        self._user = block.users[-1]
+        return np.fromiter((user != previous for user, previous in zip(block.users, before)),
+                           dtype=bool, count=n)
 
     def _close(self) -> None:
         assert self._open is not None

@@ -19,6 +19,7 @@ import contextlib
 import gzip
 import itertools
 import json
+import json.scanner
 import os
 import stat
 import sys
@@ -241,10 +242,28 @@ def parse_json_row(text: str, path: str, number: int) -> Message:
     Raises:
         InputError: invalid JSON, not an object, no string ``text``, or a bad ``user``.
     """
-    try:
-        row = json.loads(text)
-    except (ValueError, RecursionError) as e:
-        raise InputError(path, number, f"invalid JSON: {json_problem(e)}") from None
+    user, message_text, timestamp = json_row_fields(text, path, number)
+    return Message(user=user, text=message_text, timestamp=timestamp, line=number)
+
+
+JsonRow = tuple["str | int | None", str, "float | int | None"]
+"""A marked-up row's user, text and timestamp (as :class:`Message` holds them)."""
+
+
+def json_row_fields(text: str, path: str, number: int) -> JsonRow:
+    """The user, text and timestamp of one marked-up row (line ``number`` of ``path``):
+    :func:`parse_json_row` without making a :class:`Message` (a scan of millions of rows
+    needs only some of them).
+
+    Raises:
+        InputError: as :func:`parse_json_row`.
+    """
+    row = _json_object(text)
+    if row is None:
+        try:
+            row = json.loads(text)
+        except (ValueError, RecursionError) as e:
+            raise InputError(path, number, f"invalid JSON: {json_problem(e)}") from None
     if not isinstance(row, dict):
         raise InputError(path, number, "a marked-up row must be a JSON object")
     if "text" not in row:
@@ -262,7 +281,27 @@ def parse_json_row(text: str, path: str, number: int) -> Message:
     timestamp = row.get("timestamp")
     if isinstance(timestamp, bool) or not (timestamp is None or isinstance(timestamp, (int, float))):
         raise InputError(path, number, '"timestamp" must be a number')
-    return Message(user=user, text=message_text, timestamp=timestamp, line=number)
+    return user, message_text, timestamp
+
+
+_SCAN_VALUE = json.scanner.make_scanner(json.JSONDecoder())
+"""The standard decoder's scanner of one JSON value (``scan(text, index) -> (value, end)``;
+C code, no state kept between calls): what ``json.loads`` calls, without its wrapping."""
+_JSON_SPACE = " \t\n\r"
+
+
+def _json_object(text: str) -> dict | None:
+    """``json.loads(text)`` for the usual row, an object from its first character to its
+    end (or to JSON whitespace), at about a third of the cost (BENCHMARKS.md, "scaling",
+    2026-11-28 05:30); None for any other text, which ``json.loads`` then reads (or says
+    what is wrong with)."""
+    if not text.startswith("{"):
+        return None
+    try:
+        row, end = _SCAN_VALUE(text, 0)
+    except (StopIteration, ValueError, RecursionError):
+        return None
+    return None if end < len(text) and text[end:].strip(_JSON_SPACE) else row
 
 
 def _check_unicode(value: str, path: str, number: int, key: str) -> None:

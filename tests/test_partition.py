@@ -168,3 +168,122 @@ def test_a_block_that_is_not_utf_8_is_read_line_by_line_and_its_line_named(tmp_p
     with pytest.raises(InputError) as raised:
         scan(str(corpus), "text", 100, False, str(tmp_path), cost=query_cost(GameSpec("we")))
     assert str(raised.value) == f"{corpus}:52: not valid UTF-8 (byte 3 of the line)"
+
+
+def odd_json(seed: int, rows: int = 400) -> bytes:
+    """A json corpus of ``rows`` lines: rows of string, integer and null users (``user``,
+    ``userId`` or none; "1" and 1 both), runs of one user, texts of multi-byte characters,
+    escapes and line separators, blank lines of ASCII and other spaces, CRLF and two CRs,
+    spaces around a row; a BOM first where ``seed`` is odd, no LF at the end where it is a
+    multiple of 3."""
+    rng = random.Random(seed)
+    pieces = ["the", "Lord", ",", ".", "\t", " ", "é", "日本", "😀", "!?", "\n", "\r", "\u2028", "\\"]
+    users = [None, "a", "b", 1, 2, "1", "ü"]
+    user = rng.choice(users)
+    out = ["\ufeff"] if seed % 2 else []
+    for _ in range(rows):
+        if rng.random() < 0.1:
+            out.append(rng.choice(["\n", "  \n", "\t\r\n", "\u00a0\n", "\u3000\n", "\r\n"]))
+            continue
+        if rng.random() < 0.2:
+            user = rng.choice(users)
+        row: dict = {"text": "".join(rng.choice(pieces) for _ in range(rng.choice([0, 1, 3, 12])))}
+        if user is not None or rng.random() < 0.5:
+            row["user" if rng.random() < 0.5 else "userId"] = user
+        line = json.dumps(row, ensure_ascii=rng.random() < 0.5)
+        line = "  " + line + " \t" if rng.random() < 0.1 else line
+        out.append(line + rng.choice(["\n", "\n", "\r\n", "\r\r\n"]))
+    if seed % 3 == 0:
+        out[-1] = out[-1].rstrip("\n")
+    return "".join(out).encode("utf-8")
+
+
+def cut_line_by_line(corpus: bytes, limit: int, train: bool) -> list[tuple]:
+    """The cut, one line at a time, without the taper: a partition is closed before the
+    first message that finds it holding ``limit`` characters or more, where a cut may fall
+    (anywhere; when training, at a user's first message); the blank lines after a message
+    belong to its partition.  Per partition: (start, end, first line, first message number,
+    messages, characters, users begun or continued)."""
+    parts: list[list] = []
+    offset, previous, number = 0, object(), -1
+    lines = [line + b"\n" for line in corpus.split(b"\n")]
+    lines[-1] = lines[-1][:-1]    # (after the last LF: b"", or a line without one)
+    for line_number, raw in enumerate(filter(None, lines), start=1):
+        start, offset = offset, offset + len(raw)
+        text = raw.decode("utf-8").removeprefix("\ufeff" if line_number == 1 else "")
+        if not text.strip():
+            if parts:
+                parts[-1][1] = offset
+            continue
+        row = json.loads(text)
+        user = row["user"] if "user" in row else row.get("userId")
+        new_group = user != previous
+        number = 0 if new_group else number + 1
+        if not parts or (parts[-1][5] >= limit and (new_group or not train)):
+            parts.append([start, offset, line_number, number, 0, 0, 0])
+        part = parts[-1]
+        part[1] = offset
+        part[4] += 1
+        part[5] += len(row["text"])
+        part[6] += new_group or part[4] == 1
+        previous = user
+    return [tuple(part) for part in parts]
+
+
+def as_tuples(partitions) -> list[tuple]:
+    return [(p.start, p.end, p.first_line, p.first_message, p.messages, p.characters, p.users)
+            for p in partitions]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("train", [False, True])
+def test_a_json_corpus_cut_a_block_at_a_time_as_line_by_line(tmp_path, monkeypatch, seed, train):
+    """The block scan of a json corpus (lmc_dist.partition._json_block; the cut of every
+    corpus, lmc_dist.partition._Cutter.add_block) cuts as the rule read one line at a time,
+    with the same message numbers and counts, and as its blocks read line by line (with
+    the sizes chosen for a cluster too): blocks of about 100 bytes, partitions across them."""
+    corpus = tmp_path / "odd.jsonl"
+    corpus.write_bytes(odd_json(seed))
+    monkeypatch.setattr(partition, "BLOCK_BYTES", 97)
+    monkeypatch.setattr(sizing_module, "SAMPLE_BYTES", 1500)
+    monkeypatch.setattr(partition, "SAMPLE_BYTES", 1500)
+    for limit in (1, 40, 300):
+        with monkeypatch.context() as m:
+            m.setattr(partition, "taper_limit", lambda limit, *_: limit)
+            result = scan(str(corpus), "json", limit, train, str(tmp_path))
+        assert as_tuples(result.partitions) == cut_line_by_line(corpus.read_bytes(), limit, train)
+        assert len(result.partitions) > (20 if limit <= 40 and not train else 5)
+    cost = query_cost(GameSpec("we"))
+    for size in (ForCluster(3, min_queries=40), PartitionSize("characters", 300)):
+        blocks = scan(str(corpus), "json", size, train, str(tmp_path), cost=cost)
+        with monkeypatch.context() as m:
+            m.setattr(partition, "_json_block", lambda *_: None)
+            lines = scan(str(corpus), "json", size, train, str(tmp_path), cost=cost)
+        assert blocks == lines
+    messages = [m for p in blocks.partitions for m in read_partition(blocks.path, p, "json")]
+    assert len(messages) == blocks.messages > 300
+    assert sum(cost(m.text) for m in messages) == sum(p.queries for p in blocks.partitions)
+    assert sorted(blocks.users.first) == ["integer", "string"]
+
+
+@pytest.mark.parametrize("line", [
+    '{"text": "a", "user": 1}', '{"text": "a"}  \t\r', '  {"text": "a"}', '{"text": "a"} x',
+    '{"text": "a"}{"text": "b"}', '{"text": "a"}\x0c', '{"text": "a", "text": "b"}',
+    '{"text": "a", "timestamp": NaN}', '{"text": "a", "user": ' + "9" * 40 + '}',
+    '{"text": "a\\ud800"}', '{"text": "a",}', '{"text": ' * 100_000, '{"text": "\\u00e9\\n"}',
+    '{"text": "a"}\n', '\ufeff{"text": "a"}', '[{"text": "a"}]', '{"text": "a" ]'])
+def test_a_row_is_read_as_json_loads_reads_it(line):
+    """The quick reading of a row (lmchallenge.corpus._json_object) gives what json.loads
+    gives, and leaves what it does not read (or an error) to it."""
+    from lmchallenge import corpus
+
+    def read(text: str):
+        try:
+            return corpus.parse_json_row(text, "c.jsonl", 7)
+        except InputError as e:
+            return str(e)
+
+    quick = read(line)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(corpus, "_json_object", lambda _: None)
+        assert read(line) == quick
