@@ -35,7 +35,7 @@ from lmchallenge.games.spec import GameSpec
 
 
 def build_json_corpus(path: Path, lines: int) -> None:
-    """Write ``lines`` rows of ``data/commits/rails.test.sample.jsonl`` (3,118 rows of 1,380
+    """Write ``lines`` rows of ``data/commits/rails.test.sample.jsonl`` (3,118 rows of 200
     users) to ``path``, cycling through it, each cycle's users renamed (``ID-N``) so that every
     run of a user's rows is a user of its own (about 167 MB for 1M rows)."""
     source = Path(__file__).resolve().parents[1] / "data" / "commits" / "rails.test.sample.jsonl"
