@@ -721,6 +721,8 @@ def test_run_option_values_out_of_range_are_usage_errors(tmp_path, prog, argv, m
     (["lmc", "grep", "x", "LOG", "-o", ""], "'-o' / '--output'"),
     (["lmc-ngram", "train", "", "-o", "RD"], "'CORPUS'"),
     (["lmc-ngram", "train", "CORPUS", "-o", ""], "'-o' / '--output'"),
+    (["lmc-neural", "skeleton", "CORPUS", ""], "'OUT_DIR'"),
+    (["lmc-neural", "unpack", "CORPUS", ""], "'OUT_DIR'"),
 ])
 def test_an_empty_path_or_model_command_is_a_usage_error(tmp_path, argv, name):
     """QA: an empty path (``--input ""``, an unset shell variable) was made absolute, the

@@ -31,7 +31,7 @@ from typing import Any
 import click
 
 from lmchallenge import tuning
-from lmchallenge.cli.options import MAX_SECONDS, FiniteFloatRange, count, run_command
+from lmchallenge.cli.options import MAX_SECONDS, FiniteFloatRange, count, not_empty, run_command
 from lmchallenge.errors import LmcError
 from lmchallenge.model.neural import REFUSED_GAMES, install_hint, missing_modules
 from lmchallenge.model import shared
@@ -168,7 +168,7 @@ def connect(addresses: tuple[str, ...], wait: float) -> None:
 
 @cli.command()
 @click.argument("model", type=click.Path(exists=True))
-@click.argument("out_dir", type=click.Path(file_okay=False))
+@click.argument("out_dir", type=click.Path(file_okay=False), callback=not_empty)
 @needs_the_extra
 def skeleton(model: str, out_dir: str) -> None:
     """Write MODEL's configuration and tokenizer, without weights, to OUT_DIR: a few MB that
@@ -180,7 +180,7 @@ def skeleton(model: str, out_dir: str) -> None:
 
 @cli.command()
 @click.argument("model", type=click.Path(exists=True))
-@click.argument("out_dir", type=click.Path(file_okay=False))
+@click.argument("out_dir", type=click.Path(file_okay=False), callback=not_empty)
 @needs_the_extra
 def unpack(model: str, out_dir: str) -> None:
     """Write MODEL (a .gguf file) to OUT_DIR as a model directory, its weights dequantised
