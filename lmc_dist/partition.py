@@ -38,6 +38,7 @@ import contextlib
 import gzip
 import hashlib
 import io
+import itertools
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -483,14 +484,15 @@ def scan(path: str, fmt: str, size: int | PartitionSize | ForCluster, train: boo
         plain = os.path.join(work_dir, INPUT_COPY)
         _decompress(path, plain)
     total_bytes = _size_of(plain)
-    per_byte = None
+    blocks = _blocks(plain, fmt, path, cost)
+    per_byte, sampled = None, []
     if cost is not None:
-        per_byte = _queries_per_byte(plain, fmt, path, cost)
+        per_byte, sampled = _queries_per_byte(blocks)
         if isinstance(size, ForCluster):
             size = size.resolve(per_byte * (total_bytes or SAMPLE_BYTES))
     cutter = _Cutter(size, train, total_bytes=total_bytes, queries_per_byte=per_byte)
     users = UserTypes()
-    for block in _blocks(plain, fmt, path, cost):
+    for block in itertools.chain(sampled, blocks):
         cutter.add_block(block)
         if block.users is not None:
             users.add_all(block.users, block.rows + block.first_line)
@@ -501,17 +503,20 @@ def scan(path: str, fmt: str, size: int | PartitionSize | ForCluster, train: boo
                       version=before if plain == path else file_version(plain))
 
 
-def _queries_per_byte(plain: str, fmt: str, name: str, cost: QueryCost) -> float:
-    """Estimated queries per byte of the corpus' first :data:`SAMPLE_BYTES` (whole lines)."""
-    queries, sampled = 0, 0
-    for block in _blocks(plain, fmt, name, cost):
+def _queries_per_byte(blocks: Iterator[_Block]) -> tuple[float, list[_Block]]:
+    """Estimated queries per byte of the corpus' first :data:`SAMPLE_BYTES` (whole lines),
+    from its first ``blocks`` (their ``queries`` estimated), and the blocks read for it (the
+    scan's first: the corpus is read once)."""
+    queries, sampled, read = 0, 0, []
+    for block in blocks:
+        read.append(block)
         last = min(int(np.searchsorted(block.line_ends, SAMPLE_BYTES, "left")),
                    len(block.line_ends) - 1)       # the line that ends the sample, or the last
         queries += int(block.queries[:int(np.searchsorted(block.rows, last, "right"))].sum())
         sampled = int(block.line_ends[last])
         if sampled >= SAMPLE_BYTES:
             break
-    return queries / sampled if sampled else 0.0
+    return (queries / sampled if sampled else 0.0), read
 
 
 class _Cutter:
