@@ -240,7 +240,8 @@ def _lines_in(path: str) -> int:
 def _lines_of(stream: Iterable[bytes], fmt: str, name: str, offset: int = 0,
               first_line: int = 1) -> Iterator[_Line]:
     """The lines of ``stream`` (raw lines, the first at byte ``offset`` of the corpus and
-    numbered ``first_line``) as :func:`_lines` gives them."""
+    numbered ``first_line``), validated, with their byte ranges: one
+    :func:`lmchallenge.corpus.decode_lines` pass, each raw line's length noted as it goes by."""
     sizes: collections.deque[int] = collections.deque()
 
     def measured(stream: Iterable[bytes]) -> Iterator[bytes]:
@@ -255,7 +256,7 @@ def _lines_of(stream: Iterable[bytes], fmt: str, name: str, offset: int = 0,
 
 
 BLOCK_BYTES = 8 << 20
-"""Bytes of whole lines a plain-text corpus is scanned by at once (:func:`_block_lines`)."""
+"""Bytes of whole lines a corpus is scanned by at once (:func:`_blocks`)."""
 
 
 @dataclass(frozen=True)
@@ -386,8 +387,17 @@ def _json_block(block: bytes, offset: int, first_line: int, name: str,
             rows.append(row)
             users.append(user)
             texts.append(message)
-    return _Block(first_line, offset, _line_ends(np.frombuffer(block, dtype=np.uint8)) + offset,
-                  np.array(rows, dtype=np.int64), np.array(list(map(len, texts)), dtype=np.int64),
+    return _messages_block(first_line, offset, _line_ends(np.frombuffer(block, dtype=np.uint8))
+                           + offset, rows, texts, users, cost)
+
+
+def _messages_block(first_line: int, offset: int, line_ends: np.ndarray, rows: list[int],
+                    texts: list[str], users: list[Any] | None, cost: QueryCost | None) -> _Block:
+    """A :class:`_Block` of the messages ``texts`` (of ``users``) on the lines ``rows`` of
+    a block from byte ``offset``, its lines numbered from ``first_line`` and ending at
+    ``line_ends``: their characters and estimated queries counted one text at a time."""
+    return _Block(first_line, offset, line_ends, np.array(rows, dtype=np.int64),
+                  np.array(list(map(len, texts)), dtype=np.int64),
                   np.array(list(map(cost, texts)) if cost is not None else np.zeros(len(texts)),
                            dtype=np.int64), users)
 
@@ -425,12 +435,10 @@ def _lines_as_block(block: bytes, fmt: str, name: str, offset: int, first_line: 
     lines = list(_lines_of(io.BytesIO(block), fmt, name, offset, first_line))
     rows = [row for row, line in enumerate(lines) if line.message is not None]
     messages = [lines[row].message for row in rows]
-    return _Block(first_line, offset, np.array([line.end for line in lines], dtype=np.int64),
-                  np.array(rows, dtype=np.int64),
-                  np.array([len(m.text) for m in messages], dtype=np.int64),
-                  np.array([cost(m.text) if cost is not None else 0 for m in messages],
-                           dtype=np.int64),
-                  [m.user for m in messages] if fmt == "json" else None)
+    return _messages_block(first_line, offset,
+                           np.array([line.end for line in lines], dtype=np.int64), rows,
+                           [m.text for m in messages],
+                           [m.user for m in messages] if fmt == "json" else None, cost)
 
 
 def _message(text: str, name: str, number: int, fmt: str) -> Message | None:

@@ -293,7 +293,7 @@ _JSON_SPACE = " \t\n\r"
 def _json_object(text: str) -> dict | None:
     """``json.loads(text)`` for the usual row, an object from its first character to its
     end (or to JSON whitespace), at about a third of the cost (BENCHMARKS.md, "scaling",
-    2026-11-28 05:30); None for any other text, which ``json.loads`` then reads (or says
+    2026-11-28 05:40); None for any other text, which ``json.loads`` then reads (or says
     what is wrong with)."""
     if not text.startswith("{"):
         return None
