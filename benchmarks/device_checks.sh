@@ -30,7 +30,8 @@
 # Stage 7 ran on 2026-11-27 (one call, 446 s; BENCHMARKS.md): the next session lent the
 # machine runs stage 8 first (timeout_s 570: where one GPU model process's time goes, then
 # passes of 64 and 256 rows for 8 shared processes under MPS, the faster on 100k lines), then
-# stage 9 (timeout_s 150: 1M lines of `we` since the scan reads blocks; issue 12's 60 s).
+# stage 9 (timeout_s 270: 1M lines of `we` since the scan reads blocks, issue 12's 60 s; a
+# 1M-row json corpus' scan with and without its helper processes).
 # Each step's output is also in $OUT/STEP.log. A step that runs past its limit is stopped
 # (with its whole process group) and the next one starts; its log says how far it got.
 set -u
@@ -161,6 +162,11 @@ case $stage in
     # CPU on the 2-CPU host): the target is 60 s; "corpus: ... scan N s" is the scan alone
     step we1Min 130 python3 benchmarks/scaling.py --wheels .whl --games we --lines 1000000 \
         --base-lines 20000 --workers 16 --in-process --json "$out/we1Min.json"
+    # a 1M-row json corpus (167 MB) scanned with its blocks parsed in 16 helper processes
+    # against one process (about 10 s projected there, 4 s on the 2-CPU host); the wheels
+    # are those the step above installed
+    step jsonscan 90 env PYTHONPATH="$LMC_WHEELS_SITE/lib:$PWD" python3 benchmarks/scan.py \
+        --json --lines 1000000 --games we --rounds 2 --helpers
     ;;
 *)  echo "stage 1, 2, 3, 4, 5, 6, 7, 8 or 9" >&2; exit 2 ;;
 esac

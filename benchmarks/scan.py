@@ -1,7 +1,7 @@
 """`lmc-dist`'s scan of a corpus, a block of lines at a time against line by line.
 
     python benchmarks/scan.py [--lines 1000000] [--text kjv] [--games we,wc,ce] [--rounds 3]
-        [--json] [--train] [--corpus FILE]
+        [--json] [--train] [--corpus FILE] [--helpers]
 
 The scan (:func:`lmc_dist.partition.scan`: validate every line, estimate its model queries,
 cut the partitions for 16 workers) runs on the client before the first partition is given
@@ -14,12 +14,18 @@ CPU seconds of each (min and median of the rounds) and line by line over blocks.
 corpus is built as ``benchmarks/scaling.py`` builds it (a 1M-line kjv corpus is 133 MB,
 about 20 s to write); ``--json``: a json corpus of the rails commit messages instead
 (:func:`build_json_corpus`), scanned with ``--train`` (a user's rows never split) or not.
+
+``--helpers``: instead, the scan as ``lmc-dist`` runs it (a large json corpus' blocks parsed
+in helper processes, :func:`lmc_dist.partition.scan_processes`) against the scan in this
+process alone: wall seconds and CPU seconds (this process and its helpers) of each, and
+the ratio of their walls; both must cut the same partitions.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import tempfile
 import time
@@ -47,7 +53,7 @@ def build_json_corpus(path: Path, lines: int) -> None:
 
 
 def timed_scan(corpus: Path, game: str, blocks: bool, train: bool) -> tuple[float, list]:
-    """CPU seconds of one scan for 16 workers, and its partitions."""
+    """CPU seconds of one scan for 16 workers in this process alone, and its partitions."""
     declined = lambda *_: None     # noqa: E731 (every block read line by line)
     with tempfile.TemporaryDirectory() as work, \
             mock.patch.object(partition, "_block_lines",
@@ -56,8 +62,45 @@ def timed_scan(corpus: Path, game: str, blocks: bool, train: bool) -> tuple[floa
                               partition._json_block if blocks else declined):
         start = time.process_time()
         result = partition.scan(str(corpus), detect_format(str(corpus)), ForCluster(16), train,
-                                work, cost=query_cost(GameSpec(game)))
+                                work, cost=query_cost(GameSpec(game)), processes=0)
         return time.process_time() - start, result.partitions
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and its children that have ended."""
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+def helpers_scan(corpus: Path, game: str, helpers: bool, train: bool) -> tuple[float, float, list]:
+    """Wall and CPU seconds of one scan for 16 workers, with the helper processes
+    :func:`lmc_dist.partition.scan_processes` chooses or none, and its partitions."""
+    with tempfile.TemporaryDirectory() as work:
+        wall, cpu = time.perf_counter(), _cpu()
+        result = partition.scan(str(corpus), detect_format(str(corpus)), ForCluster(16), train,
+                                work, cost=query_cost(GameSpec(game)),
+                                processes=None if helpers else 0)
+        return time.perf_counter() - wall, _cpu() - cpu, result.partitions
+
+
+def compare_helpers(corpus: Path, game: str, rounds: int, train: bool) -> None:
+    walls: dict[bool, list[float]] = {True: [], False: []}
+    cpus: dict[bool, list[float]] = {True: [], False: []}
+    cuts = {}
+    for _ in range(rounds):
+        for helpers in (True, False):
+            wall, cpu, cuts[helpers] = helpers_scan(corpus, game, helpers, train)
+            walls[helpers].append(wall)
+            cpus[helpers].append(cpu)
+    assert cuts[True] == cuts[False], "the two scans cut differently"
+    size = corpus.stat().st_size
+    print(f"{game}: {len(cuts[True])} partitions; {partition.scan_processes('json', size)} "
+          f"helpers; wall s, min / median: with helpers {min(walls[True]):.2f} / "
+          f"{statistics.median(walls[True]):.2f} (CPU {statistics.median(cpus[True]):.2f}), "
+          f"alone {min(walls[False]):.2f} / {statistics.median(walls[False]):.2f} "
+          f"(CPU {statistics.median(cpus[False]):.2f}); alone / with helpers "
+          f"{statistics.median(walls[False]) / statistics.median(walls[True]):.1f}x (median)",
+          flush=True)
 
 
 def main() -> None:
@@ -69,6 +112,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="a json corpus (rails commits)")
     parser.add_argument("--train", action="store_true", help="scan as for --train")
     parser.add_argument("--corpus", type=Path, help="a corpus file to scan (default: built)")
+    parser.add_argument("--helpers", action="store_true",
+                        help="with helper processes against this process alone")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
         corpus = args.corpus or Path(work) / "corpus.txt"
@@ -78,6 +123,9 @@ def main() -> None:
             build_corpus(corpus, args.lines, args.text)
         print(f"corpus: {corpus.stat().st_size / 1e6:.1f} MB", flush=True)
         for game in args.games.split(","):
+            if args.helpers:
+                compare_helpers(corpus, game, args.rounds, args.train)
+                continue
             times: dict[bool, list[float]] = {True: [], False: []}
             cuts = {}
             for _ in range(args.rounds):

@@ -266,6 +266,53 @@ def test_a_json_corpus_cut_a_block_at_a_time_as_line_by_line(tmp_path, monkeypat
     assert sorted(blocks.users.first) == ["integer", "string"]
 
 
+@pytest.mark.parametrize("seed", [1, 3])
+@pytest.mark.parametrize("train", [False, True])
+def test_a_json_corpus_parsed_in_helper_processes_cuts_as_in_one(tmp_path, monkeypatch, seed,
+                                                                 train):
+    """The blocks of a large json corpus parsed in helper processes (lmc_dist.partition.
+    scan_processes) give the scan of one process: the same partitions, counts, message
+    numbers, users and estimates (blocks of about 100 bytes, many in flight at once)."""
+    corpus = tmp_path / "odd.jsonl"
+    corpus.write_bytes(odd_json(seed, rows=600))
+    monkeypatch.setattr(partition, "BLOCK_BYTES", 97)
+    cost = query_cost(GameSpec("wc"))
+    for size in (ForCluster(3, min_queries=40), 300):
+        helpers = scan(str(corpus), "json", size, train, str(tmp_path), cost=cost, processes=2)
+        alone = scan(str(corpus), "json", size, train, str(tmp_path), cost=cost, processes=0)
+        assert helpers == alone
+        assert len(helpers.partitions) > 5
+
+
+@pytest.mark.parametrize("bad, message", [
+    (b'{"text": "a", "user": [1]}\n', '"user"/"userId" must be a string, an integer or null'),
+    (b'{"text": "caf\xe9"}\n', "not valid UTF-8 (byte 13 of the line)")])
+def test_a_bad_row_parsed_in_a_helper_process_is_named_as_in_one(tmp_path, monkeypatch, bad,
+                                                                 message):
+    corpus = tmp_path / "bad.jsonl"
+    corpus.write_bytes(odd_json(4, 300) + b"\n" + bad + odd_json(5, 300) + b'{"text": 1}\n')
+    data = corpus.read_bytes()
+    line = data[:data.index(bad)].count(b"\n") + 1      # (the later bad row is not reached)
+    monkeypatch.setattr(partition, "BLOCK_BYTES", 97)
+    errors = []
+    for processes in (2, 0):
+        with pytest.raises(InputError) as raised:
+            scan(str(corpus), "json", 100, False, str(tmp_path), processes=processes)
+        errors.append(str(raised.value))
+    assert errors[0] == errors[1]
+    assert errors[0].startswith(f"{corpus}:{line}: ") and message in errors[0]
+
+
+def test_only_a_large_json_corpus_is_parsed_in_helper_processes(monkeypatch):
+    monkeypatch.setattr(partition, "usable_cpus", lambda: 16)
+    large = partition.PARALLEL_SCAN_BYTES
+    assert partition.scan_processes("json", large - 1) == 0
+    assert partition.scan_processes("json", None) == 0
+    assert partition.scan_processes("text", 10 * large) == 0
+    assert partition.scan_processes("json", large) == 4         # (one per block)
+    assert partition.scan_processes("json", 10 * large) == 16   # (one per CPU)
+
+
 @pytest.mark.parametrize("line", [
     '{"text": "a", "user": 1}', '{"text": "a"}  \t\r', '  {"text": "a"}', '{"text": "a"} x',
     '{"text": "a"}{"text": "b"}', '{"text": "a"}\x0c', '{"text": "a", "text": "b"}',
