@@ -159,6 +159,13 @@ def check_unchanged(path: str, before: FileVersion | None, messages: int | None 
                                  f"no one version of the corpus; {again}")
 
 
+def arrived_reader(stream: BinaryIO) -> Callable[[int], bytes]:
+    """``stream.read1`` where it has one (a call returns what has arrived: the lines a
+    client sent so far, not a buffer filled by waiting for more), else ``stream.read``: the
+    ``read`` of :func:`whole_line_blocks` for a protocol stream."""
+    return getattr(stream, "read1", None) or stream.read
+
+
 def whole_line_blocks(read: Callable[[int], bytes], size: int = 1 << 16) -> Iterator[bytes]:
     """Consecutive runs of whole lines (each ending in LF) of a binary stream: one per
     ``read(size)`` call that completed a line, then what follows the last LF, if anything.

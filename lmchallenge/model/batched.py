@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import IO, Any
 
-from lmchallenge.corpus import whole_line_blocks
+from lmchallenge.corpus import arrived_reader, whole_line_blocks
 from lmchallenge.model.wire import format_answer, parse_request
 
 BATCH_CANDIDATES = 1024
@@ -100,8 +100,7 @@ def serve_batched(model: Any, source: IO[bytes], sink: IO[bytes], errors: IO[str
 
 
 def _blocks(source: IO[bytes]) -> Iterator[bytes]:
-    read = getattr(source, "read1", None) or source.read
-    return whole_line_blocks(read)
+    return whole_line_blocks(arrived_reader(source))
 
 
 __all__ = ["BATCH_CANDIDATES", "queries_of", "groups", "answer_lines", "serve_batched"]

@@ -31,7 +31,7 @@ import sys
 from collections.abc import Mapping
 from typing import IO, Any
 
-from lmchallenge.corpus import whole_line_blocks
+from lmchallenge.corpus import arrived_reader, whole_line_blocks
 from lmchallenge.tuning import GAME_VARIABLE
 from lmchallenge.model.wire import format_answer, parse_request
 
@@ -108,9 +108,8 @@ def serve(model: Any, input_stream: IO | None = None, output_stream: IO | None =
         sink = buffered = io.BufferedWriter(sink)
     errors = error_stream if error_stream is not None else sys.stderr
     answers = io.BytesIO()  # gathered here, written to the sink in one call per flush
-    read = getattr(source, "read1", None) or source.read  # read1: what is there, one call
     try:
-        for block in whole_line_blocks(read):
+        for block in whole_line_blocks(arrived_reader(source)):
             lines = _lines(block)
             if not lines[-1]:
                 lines.pop()  # the block ended with its last line's LF

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-from lmchallenge.corpus import whole_line_blocks
+from lmchallenge.corpus import arrived_reader, whole_line_blocks
 from lmchallenge.errors import LmcError
 from lmchallenge.model.batched import Query, answer_lines, groups, queries_of
 
@@ -461,7 +461,7 @@ def _reader(source: IO[bytes]) -> Callable[[int], bytes]:
     try:
         fd = source.fileno()
     except (AttributeError, OSError, ValueError):
-        return getattr(source, "read1", None) or source.read
+        return arrived_reader(source)
     return functools.partial(os.read, fd)
 
 
