@@ -2,10 +2,13 @@
 (so both see the same load), their outputs compared byte for byte.
 
     git worktree add /tmp/old REV
-    python benchmarks/before_after.py --old-tree /tmp/old --repeat 5
+    python benchmarks/before_after.py --old-tree /tmp/old --repeat 5 [--ngram kjv.lm]
 
 Cases: `lmc run` with the instant model (wc, we) on KJV lines, and `lmc stats` on a ~260k-row
-log as Parquet and as jsonl. Prints medians and the ratio new/old (median and best).
+log as Parquet and as jsonl; with ``--ngram MODEL`` (a file of `lmc-ngram train`), `lmc run`
+with that model in process too (`lmchallenge.model.ngram:NgramModel`: the evaluator and a
+Python model in one process, as `lmc-dist --in-process` workers run it). Prints medians and
+the ratio new/old (median and best).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ def main() -> None:
     parser.add_argument("--old-tree", required=True, help="a checkout of the old revision")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--lines", type=int, default=2000)
+    parser.add_argument("--ngram", type=Path, help="an lmc-ngram model: run it in process too")
     args = parser.parse_args()
     old = {"PYTHONPATH": str(Path(args.old_tree).resolve())}
     lmc = [PYTHON, "-m", "lmchallenge.cli"]
@@ -61,6 +65,11 @@ def main() -> None:
                  "run we": [*lmc, "run", MODEL, "we", str(corpus)],
                  "stats parquet": [*lmc, "stats", str(parquet)],
                  "stats jsonl": [*lmc, "stats", str(big)]}
+        if args.ngram is not None:
+            in_process = ["lmchallenge.model.ngram:NgramModel", "-o",
+                          f'{{"model": "{args.ngram.resolve()}"}}']
+            cases["ngram we"] = [*lmc, "run", *in_process, "we", str(corpus)]
+            cases["ngram wc"] = [*lmc, "run", *in_process, "wc", str(corpus)]
         print(f"{'case':15} {'old':>8} {'new':>8} {'new/old':>8} {'best':>6}")
         for case, argv in cases.items():
             old_times, new_times = [], []

@@ -451,6 +451,49 @@ def test_a_python_model_that_raises_is_reported_like_a_shell_model(tmp_path):
                     "request: 'predict\\tThe book of \\tit'\n")
 
 
+def test_a_python_model_that_raises_mid_word_in_wc_names_that_token(tmp_path):
+    """Predicts are drawn a run at a time (lmchallenge.model.session.InProcessModel): the
+    answers before the failing call are given to their tokens first, so the token named is
+    the failing query's, not the first of the run (wc asks a query per typed prefix)."""
+    text = failed(in_process(tmp_path, "midword:Midword", "predict",
+                             "if context.endswith('The bo'): raise ValueError(repr(context))\n"
+                             "        return [('x', -1.0)]", "wc",
+                             stdin=b"The book of it\nmore\n"))
+    assert text == ("lmc: error: model 'midword:Midword': predict raised ValueError: 'The "
+                    "bo'\nwhile evaluating user None, message 0, token 1 ('book')\n"
+                    "request: 'predict\\tThe bo'\n")
+
+
+def test_a_python_models_answers_come_a_run_at_a_time(monkeypatch):
+    """A model without predict_batch: up to batch_size predicts are drawn and answered in one
+    run (one list), a train waits for the answers before it, and a slow run gives its
+    answers so far every ANSWERS_EVERY seconds."""
+    from lmchallenge.model import session
+    from lmchallenge.model.wire import Train
+
+    calls = []
+
+    class Model:
+        def predict(self, context, candidates):
+            calls.append(context)
+            return [("x", -1.0)]
+
+        def train(self, text):
+            calls.append(("train", text))
+
+    requests = [*(Predict(f"c{i}", None) for i in range(100)), Train("t"),
+                *(Predict(f"d{i}", None) for i in range(3))]
+    model = session.InProcessModel(Model(), batch_size=64)
+    runs = []
+    for answers in model.stream_batches(requests):
+        runs.append((len(answers), len(calls)))
+    assert runs == [(64, 64), (36, 100), (3, 104)]
+    assert calls[100] == ("train", "t")
+    monkeypatch.setattr(session, "ANSWERS_EVERY", 0.0)
+    assert [len(answers) for answers in session.InProcessModel(Model()).stream_batches(
+        requests[:5])] == [1, 1, 1, 1, 1]
+
+
 def test_a_python_model_batch_that_raises_names_its_queries(tmp_path):
     text = failed(in_process(tmp_path, "batched:Batched", "predict_batch",
                              "raise RuntimeError(f'{len(queries)} queries')", "we",

@@ -17,6 +17,10 @@ from lmchallenge.model.wire import (Clear, Predict, Request, Result, Train, chec
 
 LOG = logging.getLogger(__name__)
 
+ANSWERS_EVERY = 0.2
+"""Seconds a Python model without ``predict_batch`` may spend on a run of predicts before
+the answers so far are given on (:meth:`InProcessModel._predict_each`)."""
+
 
 class Streaming(Protocol):
     def stream(self, requests: Iterable[Request]) -> Iterator[Result]: ...
@@ -61,9 +65,10 @@ def python_name(model: Any) -> str:
 class InProcessModel:
     """A Python model called in this process, answering as a shell model does.
 
-    Predicts go to ``model.predict_batch`` if it has one (up to ``batch_size`` consecutive
-    ones; default the model's ``predict_batch_size`` attribute if it has one, else 64), else
-    to ``model.predict`` one by one; ``train``/``clear`` are called if the model has them.
+    Predicts are drawn up to ``batch_size`` consecutive ones at once (default the model's
+    ``predict_batch_size`` attribute if it has one, else 64) and go to ``model.predict_batch``
+    if it has one, else to ``model.predict`` one by one; ``train``/``clear`` are called if the
+    model has them (after the predicts before them are answered).
     Every other attribute is the model's.
 
     Its texts are those a shell model reads (:func:`lmchallenge.model.wire.protocol_text`: a
@@ -130,27 +135,55 @@ class InProcessModel:
                              stderr_tail=None) from e
 
     def stream_batches(self, requests: Iterable[Request]) -> Iterator[list[Result]]:
-        """Answers to the predicts of ``requests``, in order, in non-empty lists (one per
-        ``predict`` or ``predict_batch`` call)."""
+        """Answers to the predicts of ``requests``, in order, in non-empty lists: up to
+        ``batch_size`` consecutive predicts are drawn at once and answered by one
+        ``predict_batch`` call, or by ``predict`` calls one by one (:meth:`_predict_each`)."""
         batched = hasattr(self.model, "predict_batch")
         pending: list[Predict] = []
         for request in requests:
             if isinstance(request, Predict):
-                if not batched:
-                    yield [self._answer(request, self._call(request, "predict", *_as_read(request)))]
-                    continue
                 pending.append(request)
                 if len(pending) < self.batch_size:
                     continue
             if pending:
-                yield self._predict_batch(pending)
+                yield from self._answers(pending, batched)
                 pending = []
             if isinstance(request, Train):
                 self._call_optional(request, "train", protocol_text(request.text))
             elif isinstance(request, Clear):
                 self._call_optional(request, "clear")
         if pending:
-            yield self._predict_batch(pending)
+            yield from self._answers(pending, batched)
+
+    def _answers(self, predicts: list[Predict], batched: bool) -> Iterator[list[Result]]:
+        if batched:
+            yield self._predict_batch(predicts)
+        else:
+            yield from self._predict_each(predicts)
+
+    def _predict_each(self, predicts: list[Predict]) -> Iterator[list[Result]]:
+        """The answers of ``model.predict`` to ``predicts``, a call each, given in lists: at
+        least every :data:`ANSWERS_EVERY` seconds (a slow model's progress shows as it
+        goes), and, when a call fails, those before it first, so that the error names the
+        token of the failing request (:func:`lmchallenge.games.runner.run_game`).  Drawn
+        and given on a run at a time rather than one by one, they spare the game's loop and
+        the generators between it and the model a step a query: 13-16% less CPU a ``we``
+        token with the built-in n-gram model (BENCHMARKS.md, "overhead")."""
+        answers: list[Result] = []
+        since = time.monotonic()
+        try:
+            for request in predicts:
+                answers.append(self._answer(request, self._call(request, "predict",
+                                                                *_as_read(request))))
+                if time.monotonic() - since >= ANSWERS_EVERY:
+                    yield answers
+                    answers, since = [], time.monotonic()
+        except LmcError:
+            if answers:
+                yield answers
+            raise
+        if answers:
+            yield answers
 
     def _predict_batch(self, predicts: list[Predict]) -> list[Result]:
         answers = list(self._call(predicts, "predict_batch", [_as_read(p) for p in predicts]))
