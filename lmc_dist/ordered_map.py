@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 
 LOG = logging.getLogger(__name__)
 
-T = TypeVar("T")
 R = TypeVar("R")
 
 

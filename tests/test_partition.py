@@ -4,6 +4,7 @@ whole lines, cut at about --partition-chars characters, smaller towards the end.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import random
 import shutil
@@ -86,10 +87,15 @@ def test_gz_input_cuts_as_the_plain_file(tmp_path: Path) -> None:
         shutil.copyfileobj(src, dst)
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    plain = scan(str(COMMITS), "auto", 5000, False, str(tmp_path / "a")).partitions
+    plain = scan(str(COMMITS), "auto", 5000, False, str(tmp_path / "a"))
     unpacked = scan(str(packed), "auto", 5000, False, str(tmp_path / "b"))
-    assert unpacked.partitions == plain
+    assert unpacked.partitions == plain.partitions
     assert Path(unpacked.path).read_bytes() == COMMITS.read_bytes()
+    # the digest (computed beside the scan) is of the file as given
+    assert plain.sha256 == hashlib.sha256(COMMITS.read_bytes()).hexdigest()
+    assert unpacked.sha256 == hashlib.sha256(packed.read_bytes()).hexdigest()
+    with pytest.raises(InputError, match=r"nope.jsonl: no such file$"):
+        scan(str(tmp_path / "nope.jsonl"), "json", 5000, False, str(tmp_path / "b"))
 
 
 def test_resume_refuses_a_run_dir_cut_otherwise(tmp_path: Path) -> None:
