@@ -541,8 +541,11 @@ def scan(path: str, fmt: str, size: int | PartitionSize | ForCluster, train: boo
         # of the client's CPU in a json scan with helpers (BENCHMARKS.md, "scaling")
         with ThreadPoolExecutor(1, thread_name_prefix="lmc-dist-sha256") as hashing:
             digest = hashing.submit(sha256_of, path)
-            result = _cut(path, fmt, size, train, work_dir, cost, processes, before)
-            return replace(result, sha256=digest.result())
+            try:
+                result = _cut(path, fmt, size, train, work_dir, cost, processes, before)
+            finally:    # (a missing corpus is "no such file", whatever the scan said of it)
+                sha256 = digest.result()
+            return replace(result, sha256=sha256)
     except FileNotFoundError:
         raise InputError(path, None, "no such file") from None
 

@@ -94,8 +94,9 @@ def test_gz_input_cuts_as_the_plain_file(tmp_path: Path) -> None:
     # the digest (computed beside the scan) is of the file as given
     assert plain.sha256 == hashlib.sha256(COMMITS.read_bytes()).hexdigest()
     assert unpacked.sha256 == hashlib.sha256(packed.read_bytes()).hexdigest()
-    with pytest.raises(InputError, match=r"nope.jsonl: no such file$"):
-        scan(str(tmp_path / "nope.jsonl"), "json", 5000, False, str(tmp_path / "b"))
+    for missing in ("nope.jsonl", "nope.jsonl.gz"):
+        with pytest.raises(InputError, match=rf"{missing}: no such file$"):
+            scan(str(tmp_path / missing), "json", 5000, False, str(tmp_path / "b"))
 
 
 def test_resume_refuses_a_run_dir_cut_otherwise(tmp_path: Path) -> None:
