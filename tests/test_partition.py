@@ -283,12 +283,16 @@ def test_a_json_corpus_parsed_in_helper_processes_cuts_as_in_one(tmp_path, monke
     corpus = tmp_path / "odd.jsonl"
     corpus.write_bytes(odd_json(seed, rows=600))
     monkeypatch.setattr(partition, "BLOCK_BYTES", 97)
+    mapped, ordered_map = [], partition.ordered_map
+    monkeypatch.setattr(partition, "ordered_map",
+                        lambda *args: mapped.append(args[2]) or ordered_map(*args))
     cost = query_cost(GameSpec("wc"))
     for size in (ForCluster(3, min_queries=40), 300):
         helpers = scan(str(corpus), "json", size, train, str(tmp_path), cost=cost, processes=2)
         alone = scan(str(corpus), "json", size, train, str(tmp_path), cost=cost, processes=0)
         assert helpers == alone
         assert len(helpers.partitions) > 5
+    assert mapped == [2, 2]     # (the helpers' scans, not the others)
 
 
 @pytest.mark.parametrize("bad, message", [
