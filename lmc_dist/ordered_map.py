@@ -47,25 +47,26 @@ def ordered_map(function: Callable[..., R], items: Iterable[tuple[Any, ...]],
     if processes < 1:
         raise ValueError(f"processes must be at least 1, not {processes}")
     pending: collections.deque[tuple[Future | None, tuple[Any, ...]]] = collections.deque()
-    broken: list[BrokenProcessPool] = []     # (the pool's failure, once there is one)
+    broken = False      # (a helper died: the items from then on are computed here)
 
     def submit(item: tuple[Any, ...]) -> None:
+        nonlocal broken
         future = None
         if not broken:
             try:
                 future = pool.submit(function, *item)
             except BrokenProcessPool as e:
-                _broke(broken, e)
+                broken = _broke(e)
         pending.append((future, item))
 
     def take() -> R:
+        nonlocal broken
         future, item = pending.popleft()
         if future is not None:
             try:
                 return future.result()
             except BrokenProcessPool as e:
-                if not broken:
-                    _broke(broken, e)
+                broken = broken or _broke(e)
         return function(*item)
 
     iterator = iter(items)
@@ -92,9 +93,10 @@ def ordered_map(function: Callable[..., R], items: Iterable[tuple[Any, ...]],
                     future.cancel()
 
 
-def _broke(broken: list[BrokenProcessPool], error: BrokenProcessPool) -> None:
+def _broke(error: BrokenProcessPool) -> bool:
+    """Warn that the pool broke (once: the callers ask only while it is not known); True."""
     LOG.warning("a helper process died (%s): the rest is computed in this process", error)
-    broken.append(error)
+    return True
 
 
 def _ignore_interrupts() -> None:

@@ -294,11 +294,6 @@ class _Block:
         """The byte offset just after the block."""
         return int(self.line_ends[-1])
 
-    @property
-    def next_line(self) -> int:
-        """The number of the line after the block."""
-        return self.first_line + len(self.line_ends)
-
     def message_starts(self) -> np.ndarray:
         """Per message, the byte offset of its line."""
         return np.concatenate(([self.start], self.line_ends[:-1]))[self.rows]
