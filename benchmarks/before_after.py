@@ -4,11 +4,13 @@
     git worktree add /tmp/old REV
     python benchmarks/before_after.py --old-tree /tmp/old --repeat 5 [--ngram kjv.lm]
 
-Cases: `lmc run` with the instant model (wc, we) on KJV lines, and `lmc stats` on a ~260k-row
-log as Parquet and as jsonl; with ``--ngram MODEL`` (a file of `lmc-ngram train`), `lmc run`
-with that model in process too (`lmchallenge.model.ngram:NgramModel`: the evaluator and a
-Python model in one process, as `lmc-dist --in-process` workers run it). Prints medians and
-the ratio new/old (median and best).
+Cases: `lmc run` with the instant model (wc, we, and we writing Parquet) on KJV lines, and
+`lmc stats` on a ~260k-row log as Parquet and as jsonl; with ``--ngram MODEL`` (a file of
+`lmc-ngram train`), `lmc run` with that model in process too
+(`lmchallenge.model.ngram:NgramModel`: the evaluator and a Python model in one process, as
+`lmc-dist --in-process` workers run it; wc, we, and we writing Parquet as `lmc-dist`'s parts
+are). Prints medians and the ratio new/old (median and best); the outputs (stdout, or the
+file after ``--output``) must be equal.
 """
 
 from __future__ import annotations
@@ -28,10 +30,13 @@ MODEL = f"{PYTHON} {REPO / 'benchmarks' / 'instant_model.py'}"
 
 
 def timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, bytes]:
+    """The wall time of ``argv`` and its output: stdout, or the file after ``--output``."""
+    output = cwd / argv[argv.index("--output") + 1] if "--output" in argv else None
     start = time.perf_counter()
     out = subprocess.run(argv, env={**os.environ, **env}, cwd=cwd, capture_output=True,
                          check=True).stdout
-    return time.perf_counter() - start, out
+    elapsed = time.perf_counter() - start
+    return elapsed, out if output is None else output.read_bytes()
 
 
 def make_logs(tmp: Path, lines: int) -> tuple[Path, Path, Path]:
@@ -63,6 +68,7 @@ def main() -> None:
         corpus, big, parquet = make_logs(tmp, args.lines)
         cases = {"run wc": [*lmc, "run", MODEL, "wc", str(corpus)],
                  "run we": [*lmc, "run", MODEL, "we", str(corpus)],
+                 "run we parquet": [*lmc, "run", MODEL, "we", str(corpus), "--output", "we.parquet"],
                  "stats parquet": [*lmc, "stats", str(parquet)],
                  "stats jsonl": [*lmc, "stats", str(big)]}
         if args.ngram is not None:
@@ -70,6 +76,8 @@ def main() -> None:
                           f'{{"model": "{args.ngram.resolve()}"}}']
             cases["ngram we"] = [*lmc, "run", *in_process, "we", str(corpus)]
             cases["ngram wc"] = [*lmc, "run", *in_process, "wc", str(corpus)]
+            cases["ngram we pq"] = [*lmc, "run", *in_process, "we", str(corpus), "--output",
+                                    "ngram.parquet"]
         print(f"{'case':15} {'old':>8} {'new':>8} {'new/old':>8} {'best':>6}")
         for case, argv in cases.items():
             old_times, new_times = [], []

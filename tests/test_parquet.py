@@ -381,3 +381,64 @@ def test_an_integer_user_beyond_64_bits_is_refused_and_no_file_is_left(tmp_path)
     edge = [dict(we_datum(i), user=u) for i, u in enumerate((2**63 - 1, -2**63))]
     P.write_parquet(edge, str(tmp_path / "edge.parquet"))
     assert [d["user"] for d in P.iter_parquet(str(tmp_path / "edge.parquet"))] == [2**63 - 1, -2**63]
+
+
+# --- a batch's datums checked at once ---------------------------------------------------------
+
+@pytest.mark.parametrize("users, said", [
+    ([7] * 7 + [None, 2**70], "datum 9: user 1180591620717411303424 is an integer beyond 64 bits"),
+    ([7] * 7 + [-2**63 - 1, 8], "datum 8: user -9223372036854775809 is an integer beyond 64 bits"),
+    ([7] * 6 + [None, "7", 8], "datum 8: user '7' is a string but user 7 before it is an integer"),
+    (["a"] * 6 + [None, 7, 8], "datum 8: user 7 is an integer but user 'a' before it is a string"),
+    (["a"] * 6 + [None, 1.5], "datum 8: user 1.5 is a float, not a string or an integer"),
+    ([None] * 6 + [None, 3, "a"], "datum 8: user 3 is an integer but the log's first 6 datums"),
+    ([None, None, True], "datum 3: user True is a bool, not a string or an integer"),
+])
+def test_users_of_a_later_batch_are_checked_as_the_first(tmp_path, monkeypatch, users, said):
+    """The users of a batch after the one that fixed their type (checked at once where they
+    all fit) are refused at the same datum and with the same words as one by one."""
+    monkeypatch.setattr(P, "CONVERT_ROWS", 3)
+    data = [dict(we_datum(i), user=user) for i, user in enumerate(users)]
+    with pytest.raises(InputError) as caught:
+        P.write_parquet(data, str(tmp_path / "users.parquet"), row_group_rows=6)
+    assert said in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_later_batches_of_integer_users_with_nulls_round_trip(tmp_path, monkeypatch):
+    monkeypatch.setattr(P, "CONVERT_ROWS", 4)
+    data = [dict(we_datum(i), user=None if i % 3 == 0 else (2**63 - 1 if i % 2 else -2**63))
+            for i in range(19)]
+    P.write_parquet(data, str(tmp_path / "ints.parquet"))
+    assert list(P.iter_parquet(str(tmp_path / "ints.parquet"))) == data
+
+
+@pytest.mark.parametrize("bad, fails, said", [
+    (5, 7, r"datum 6 does not fit .*unexpected \['zzz'\]"),   # a bad datum, then the data's error
+    (8, 7, r"model died"),                                    # the data's error first
+])
+def test_the_first_fault_in_the_datums_order_is_reported(tmp_path, monkeypatch, bad, fails, said):
+    """A datum with a wrong key and an error of the data itself in the same batch: whichever
+    comes first, as when each datum was checked as it came."""
+    monkeypatch.setattr(P, "CONVERT_ROWS", 10)
+
+    def data():
+        for i in range(20):
+            if i == fails:
+                raise RuntimeError("model died")
+            yield we_datum(i, zzz=1) if i == bad else we_datum(i)
+
+    with pytest.raises((InputError, RuntimeError), match=said):
+        P.write_parquet(data(), str(tmp_path / "x.parquet"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_batch_with_select_on_some_datums_only(tmp_path, monkeypatch):
+    """``select`` on some datums of a batch: the others' column cells null; a batch without
+    any has an all-null column; a bad key beside ``select`` is still refused."""
+    monkeypatch.setattr(P, "CONVERT_ROWS", 4)
+    data = [we_datum(i, select=bool(i % 2)) if i in (1, 2, 9) else we_datum(i) for i in range(12)]
+    P.write_parquet(data, str(tmp_path / "s.parquet"))
+    assert list(P.iter_parquet(str(tmp_path / "s.parquet"))) == data
+    with pytest.raises(InputError, match=r"datum 10 does not fit .*unexpected \['zzz'\]"):
+        P.write_parquet(data[:9] + [we_datum(9, select=True, zzz=0)], str(tmp_path / "t.parquet"))

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
+import operator
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -238,25 +240,41 @@ class _Users:
         self.path = path
         self._why = f"the log's users are {kind}s" if kind else ""   # what fixed the kind
 
-    def check(self, datums: Sequence[Datum], start: int) -> None:
-        """Raise InputError unless every user of ``datums`` (numbered from ``start``) is None
-        or of the log's kind (fixing it at the first user if not yet known)."""
-        for number, datum in enumerate(datums, start=start):
-            user = datum.get("user")
+    def check(self, users: Sequence[Any], start: int) -> None:
+        """Raise InputError unless every one of ``users`` (the user values of datums
+        numbered from ``start``) is None or of the log's kind (fixing it at the first user
+        if not yet known)."""
+        if self._all_of_kind(users):
+            return
+        for number, user in enumerate(users, start=start):
             if user is None:
                 continue
             kind = user_kind(user)
+            if kind is None:
+                raise InputError(self.path, None, f"datum {number}: user {user!r} is a "
+                                                  f"{type(user).__name__}, not a string or an integer")
             if kind == self.kind:
                 continue
             if kind == "wide":
                 raise InputError(self.path, None, f"datum {number}: {wide_user_message(user)}")
-            if kind is None:
-                raise InputError(self.path, None, f"datum {number}: user {user!r} is a "
-                                                  f"{type(user).__name__}, not a string or an integer")
             if self.kind is None:
                 self.kind, self._why = kind, f"user {user!r} before it is {a_kind(user)}"
                 continue
             raise InputError(self.path, None, f"datum {number}: {mixed_users_message(user, self._why)}")
+
+    def _all_of_kind(self, users: Sequence[Any]) -> bool:
+        """Whether every one of ``users`` is None or of the log's kind, found by C-level
+        loops (False where :meth:`check` must look at them one by one: a kind to fix, a
+        user of another type, an integer that may be beyond 64 bits)."""
+        types = set(map(type, users))
+        if types <= {type(None)}:
+            return True
+        if self.kind == "string":
+            return types <= {str, type(None)}
+        if self.kind == "integer" and types <= {int, type(None)}:
+            ints = [user for user in users if user is not None] if type(None) in types else users
+            return min(ints) in _INT64 and max(ints) in _INT64
+        return False
 
     def fix(self, rows: int) -> str:
         """The kind, fixed now that ``rows`` datums are written (``string`` where no user has
@@ -300,25 +318,44 @@ a ``wc`` run writing Parquet (BENCHMARKS.md, "scaling"); 128-4096 measured alike
 def _record_batches(first: Datum, rest: Iterator[Datum], game: str | None, users: _Users,
                     path: str, group_rows: int) -> Iterator[tuple[pa.RecordBatch, bool]]:
     """``first`` and ``rest`` as checked record batches of at most :data:`CONVERT_ROWS` rows,
-    none straddling a row group (``group_rows`` rows each), with whether it ends one."""
+    none straddling a row group (``group_rows`` rows each), with whether it ends one.
+
+    The datums are taken a batch at a time and checked and gathered into columns by C-level
+    loops (a key set compared per datum, one ``itemgetter`` call per datum, the columns by
+    ``zip``): 6 -> 1.5 us a ``we`` datum on the 2-CPU host (BENCHMARKS.md, "overhead").  Where
+    ``rest`` raises, the keys of the datums taken before are checked first, so the first
+    fault in the datums' order is the one reported."""
     expected = _datum_keys(schema_for(game))
-    pending: list[Datum] = []
+    datums = itertools.chain((first,), rest)
     start = 1
-    for number, datum in enumerate(_chain(first, rest), start=1):
-        _check_keys(datum, expected, number, path)
-        pending.append(datum)
-        ends_group = number % group_rows == 0
-        if ends_group or len(pending) == CONVERT_ROWS:
-            yield _to_batch(pending, users, game, path, start), ends_group
-            pending = []
-            start = number + 1
-    if pending:
-        yield _to_batch(pending, users, game, path, start), True
+    while True:
+        size = min(CONVERT_ROWS, group_rows - (start - 1) % group_rows)
+        chunk: list[Datum] = []
+        try:
+            chunk.extend(itertools.islice(datums, size))
+        except Exception:
+            _odd_datums(chunk, expected, start, path)
+            raise
+        if not chunk:
+            return
+        odd = _odd_datums(chunk, expected, start, path)
+        end = start + len(chunk) - 1
+        yield _to_batch(chunk, bool(odd), users, game, path, start), end % group_rows == 0
+        start = end + 1
 
 
-def _chain(first: Datum, rest: Iterator[Datum]) -> Iterator[Datum]:
-    yield first
-    yield from rest
+def _odd_datums(datums: Sequence[Datum], expected: frozenset[str], start: int,
+                path: str) -> list[int]:
+    """Indices of ``datums`` (numbered from ``start``) with keys other than ``expected``,
+    after checking them (:func:`_check_keys`): those with an optional key."""
+    try:
+        odd = list(itertools.compress(itertools.count(), map(
+            operator.ne, map(dict.keys, datums), itertools.repeat(expected))))
+    except TypeError:      # a datum that is no dict: checked one by one
+        odd = list(range(len(datums)))
+    for i in odd:
+        _check_keys(datums[i], expected, start + i, path)
+    return odd
 
 
 def _check_keys(datum: Datum, expected: frozenset[str], number: int, path: str) -> None:
@@ -337,29 +374,48 @@ def _check_keys(datum: Datum, expected: frozenset[str], number: int, path: str) 
         f"with the keys {sorted(expected)} (plus optional 'select')")
 
 
-def _to_batch(datums: Sequence[Datum], users: _Users, game: str | None, path: str,
-              start: int) -> pa.RecordBatch:
-    """Columns of ``datums`` (datum numbers ``start``...) as a batch of ``game``'s schema with
-    the users' type (strings while no user has been seen)."""
-    users.check(datums, start)
+def _to_batch(datums: Sequence[Datum], optional: bool, users: _Users, game: str | None,
+              path: str, start: int) -> pa.RecordBatch:
+    """Columns of ``datums`` (checked; numbered from ``start``; ``optional``: whether any
+    has an optional key) as a batch of ``game``'s schema with the users' type (strings
+    while no user has been seen)."""
+    required = [name for name in schema_for(game).names if name not in _OPTIONAL_KEYS]
+    values = dict(zip(required, zip(*map(operator.itemgetter(*required), datums))))
+    users.check(values["user"], start)
     schema = schema_for(game, users.kind or "string")
-    arrays = [_column(datums, field, path, start) for field in schema]
+    arrays = [_column(values[field.name], field, path, start) if field.name in values
+              else _optional_column(datums, optional, field, path, start)
+              for field in schema]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def _column(datums: Sequence[Datum], field: pa.Field, path: str, start: int) -> pa.Array:
-    """One column of ``datums`` as an Arrow array of ``field``'s type, checked for nulls."""
-    where = f"datums {start}-{start + len(datums) - 1}, column {field.name!r} ({field.type})"
+def _optional_column(datums: Sequence[Datum], present: bool, field: pa.Field, path: str,
+                     start: int) -> pa.Array:
+    """The optional column ``field`` of ``datums``: all null unless some datum has the key
+    (``present``)."""
+    if not present:
+        return pa.nulls(len(datums), field.type)
+    return _column([datum.get(field.name) for datum in datums], field, path, start)
+
+
+def _column(values: Sequence[Any], field: pa.Field, path: str, start: int) -> pa.Array:
+    """One column's ``values`` (of datums ``start``...) as an Arrow array of ``field``'s
+    type, checked for nulls."""
     try:
         if field.name == "results":
-            array = _results_array([d["results"] for d in datums])
+            array = _results_array(values)
         else:
-            array = pa.array([d.get(field.name) for d in datums], type=field.type)
+            array = pa.array(values, type=field.type)
     except (pa.ArrowException, TypeError, ValueError) as e:
-        raise InputError(path, None, f"{where}: {e}") from None
+        raise InputError(path, None, f"{_where(values, field, start)}: {e}") from None
     if not field.nullable and array.null_count:
-        raise InputError(path, None, f"{where}: null value in a column that cannot be null")
+        raise InputError(path, None, f"{_where(values, field, start)}: null value in a column "
+                                     f"that cannot be null")
     return array
+
+
+def _where(values: Sequence[Any], field: pa.Field, start: int) -> str:
+    return f"datums {start}-{start + len(values) - 1}, column {field.name!r} ({field.type})"
 
 
 def _results_array(results: Sequence[Sequence[Sequence[Any]]]) -> pa.ListArray:
