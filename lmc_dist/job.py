@@ -858,21 +858,41 @@ WORKER_WATCH_SECONDS = 5.0
 
 def _watching_workers(client: Client, job: DistJob, items: Iterable[Any],
                       every: float = WORKER_WATCH_SECONDS) -> Iterator[Any]:
-    """``items``, while (on a ``--scheduler`` cluster) a thread warns each time the cluster
-    has had no worker for ``every`` seconds: the run waits for one, and would otherwise wait
-    in silence (no worker started, or every one lost)."""
+    """``items``, while (on a ``--scheduler`` cluster) a thread asks the scheduler for its
+    workers every ``every`` seconds and warns where the run would otherwise wait in silence:
+    each time the cluster has had no worker (none started, or every one lost), and each time
+    the scheduler has not answered within Dask's ``distributed.comm.timeouts.connect`` (a
+    scheduler stopped, swapped out or cut off by the network: its connections stay open, so
+    Dask itself waits for ever), then once it answers again."""
     if not job.scheduler:
         yield from items
         return
     stop = threading.Event()
+    limit = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds")
 
     def watch() -> None:
         alone = False
+        silent_since: float | None = None
         while not stop.wait(every):
+            asked = time.monotonic()
             try:
-                connected = client.scheduler_info().get("workers", {})
+                identity = client.sync(client.scheduler.identity, n_workers=-1,
+                                       callback_timeout=limit)
+            except TimeoutError:
+                if silent_since is None:
+                    silent_since = asked
+                    LOG.warning("no answer from the Dask scheduler at %s for %g s (Dask's "
+                                "distributed.comm.timeouts.connect): the run waits for it (a "
+                                "stopped or overloaded scheduler, or the network to it); Ctrl-C "
+                                "stops the run, and --resume finishes it", job.scheduler, limit)
+                continue
             except Exception:  # noqa: BLE001 - the scheduler gone: the run itself says so
                 return
+            if silent_since is not None:
+                LOG.warning("the Dask scheduler at %s answers again, after %.0f s", job.scheduler,
+                            time.monotonic() - silent_since)
+                silent_since = None
+            connected = identity.get("workers", {})
             workers = len(offering(connected, job.resources)) if job.resources else len(connected)
             if workers == 0 and not alone and job.resources:
                 wanted = format_resources(job.resources)

@@ -12,6 +12,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -1018,6 +1019,47 @@ def test_a_scheduler_without_workers_is_said_and_the_run_goes_on_when_one_comes(
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
         assert json.loads(out)["entropy"]["hit"] > 0
+
+
+@pytest.mark.slow
+def test_a_scheduler_that_stops_answering_is_said_and_the_run_goes_on_when_it_answers(tmp_path):
+    """A scheduler stopped mid-run (SIGSTOP: its connections stay open, as when its host is
+    swapped out or cut off) left the client waiting in silence; after Dask's connect timeout
+    it is said, and again when it answers."""
+    corpus = first_lines(DATA / "kjv" / "test.sample.txt", 40, tmp_path / "c.txt")
+    with cluster(1, tmp_path) as c:
+        proc = subprocess.Popen([str(BIN / "lmc-dist"), "run", toy_model_command("--delay", "0.01"),
+                                 "we", "--input", str(corpus), "--run-dir", str(tmp_path / "rd"),
+                                 "--scheduler", c.address, "--partition-chars", "300",
+                                 "--no-progress"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "3s"})
+        deadline = threading.Timer(90, proc.kill)   # no warning: the run would wait for ever
+        deadline.start()
+        lines = []
+        for line in proc.stderr:      # said as the partitions are given out
+            lines.append(line)
+            if "dask dashboard" in line:
+                break
+        time.sleep(1)
+        c.scheduler.send_signal(signal.SIGSTOP)
+        try:
+            for line in proc.stderr:       # about 3-8 s after the stop
+                lines.append(line)
+                if "no answer" in line:
+                    break
+            deadline.cancel()
+        finally:
+            c.scheduler.send_signal(signal.SIGCONT)
+        assert lines and lines[-1] == (
+            f"WARNING\tno answer from the Dask scheduler at {c.address} for 3 s (Dask's "
+            "distributed.comm.timeouts.connect): the run waits for it (a stopped or overloaded "
+            "scheduler, or the network to it); Ctrl-C stops the run, and --resume finishes it\n")
+        out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    assert re.search(rf"^WARNING\tthe Dask scheduler at {re.escape(c.address)} answers again, "
+                     r"after \d+ s$", err, re.M), err
+    assert json.loads(out)["entropy"]["hit"] > 0
 
 
 @pytest.mark.slow
