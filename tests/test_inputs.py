@@ -1011,3 +1011,20 @@ def test_an_empty_word_list_or_training_corpus_is_said_to_be_empty(tmp_path):
                                       "are the target and its typo only\n")
     assert_error(run(str(BIN / "lmc-ngram"), "train", "-", "-o", str(tmp_path / "m.lm"), stdin=b"\n \n"),
                  "the training corpus holds no word (it is empty, or blank lines)", prog="lmc-ngram")
+
+
+def test_a_corpus_without_a_token_gives_an_empty_log_and_says_so(tmp_path):
+    """As 5.2, a corpus with nothing to evaluate gives an empty log (exit 0); it was given in
+    silence, as if the model had been evaluated."""
+    empty, blank = tmp_path / "empty.txt", tmp_path / "blank.txt"
+    empty.write_bytes(b"")
+    blank.write_bytes(b"\n  \n\t\n")
+    for args, stdin, said in (
+            (["we", str(empty)], None, f"{empty}: it holds no message"),
+            (["wc", "-"], b"", "<stdin>: it holds no message"),
+            (["we", str(blank), "--output", str(tmp_path / "log.jsonl")], None,
+             f"{blank}: none of its 3 messages has a token to evaluate")):
+        result = run(LMC, "run", toy_model_command(), *args, stdin=stdin)
+        assert result.returncode == 0 and result.stdout == b""
+        assert result.stderr.decode() == f"WARNING\t{said}: the log is empty\n"
+    assert (tmp_path / "log.jsonl").read_bytes() == b""

@@ -115,5 +115,9 @@ def execute(job: RunJob) -> int:
         finally:
             progress.close()
         close_model(model)      # a Python model was closed before its log was complete
+    if n == 0:      # (as 5.2, the empty log is written; said, so it is not taken for a result)
+        LOG.warning("%s: %s: the log is empty", "<stdin>" if job.corpus == "-" else job.corpus,
+                    "it holds no message" if total == 0 else
+                    f"none of its {total:,} messages has a token to evaluate")
     LOG.info("wrote %d log lines", n)
     return n
