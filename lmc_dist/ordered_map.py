@@ -7,7 +7,6 @@ from __future__ import annotations
 import collections
 import logging
 import multiprocessing
-import os
 import signal
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -17,14 +16,6 @@ from typing import Any, TypeVar
 LOG = logging.getLogger(__name__)
 
 R = TypeVar("R")
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity where the system tells it, else all)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:      # (not Linux)
-        return os.cpu_count() or 1
 
 
 def ordered_map(function: Callable[..., R], items: Iterable[tuple[Any, ...]],
@@ -103,4 +94,4 @@ def _ignore_interrupts() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-__all__ = ["ordered_map", "usable_cpus"]
+__all__ = ["ordered_map"]

@@ -57,8 +57,9 @@ from lmchallenge.corpus import (BOM, EMPTY_GZIP, READ_ERRORS, FileVersion, Messa
 from lmchallenge.corpus import detect_format as corpus_format_of
 from lmchallenge.errors import InputError
 from lmchallenge.logs.parquet import a_kind, mixed_users_message, user_kind, wide_user_message
+from lmchallenge.tuning import usable_cpus
 
-from lmc_dist.ordered_map import ordered_map, usable_cpus
+from lmc_dist.ordered_map import ordered_map
 from lmc_dist.sizing import SAMPLE_BYTES, ForCluster, PartitionSize, QueryCost
 
 

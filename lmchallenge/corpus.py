@@ -347,6 +347,11 @@ def parse_lines(lines: Iterable[tuple[int, str]], path: str, fmt: str) -> Iterat
         raise ValueError(f"unknown corpus format {fmt!r} (expected one of {FORMATS})")
 
 
+def input_name(path: str) -> str:
+    """How messages name the input ``path``: ``<stdin>`` for ``-``, else the path itself."""
+    return "<stdin>" if path == "-" else path
+
+
 def read_corpus(path: str, fmt: str = "auto") -> Iterator[Message]:
     """Read a corpus lazily, message by message.
 
@@ -362,7 +367,7 @@ def read_corpus(path: str, fmt: str = "auto") -> Iterator[Message]:
         raise InputError(path, None, "no such file") from None
     except OSError as e:
         raise InputError(path, None, f"cannot open: {e.strerror}") from None
-    name = "<stdin>" if path == "-" else path
+    name = input_name(path)
     with opened as stream:
         yield from parse_lines(decode_lines(stream, name), name, fmt)
 

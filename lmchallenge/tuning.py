@@ -7,6 +7,8 @@ that make ``lmc``, ``lmc-dist`` and their workers faster, each applied where it 
 * :func:`keep_freed_memory` (glibc's ``mallopt``) and :func:`freeze_heap` (``gc.freeze``) can run
   at any time; they tune a process that exits when its command is done.
 * :data:`DASK_EMBEDDED_CONFIG` is the Dask configuration of ``lmc-dist``'s embedded cluster.
+* :func:`usable_cpus` sizes a process's own pools (the neural model's torch threads under
+  ``lmc``, the helper processes of ``lmc-dist``'s scan).
 
 The figures behind each setting are in BENCHMARKS.md.
 """
@@ -17,6 +19,15 @@ import atexit
 import gc
 import os
 import sys
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the system tells it, else all):
+    what a pool of threads or processes of this process is sized by."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:      # (not Linux)
+        return os.cpu_count() or 1
+
 
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 """Environment variables that size the BLAS thread pools NumPy and SciPy load.

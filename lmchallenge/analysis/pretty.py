@@ -42,6 +42,7 @@ from importlib import resources
 from typing import Any
 
 
+from lmchallenge.corpus import input_name
 from lmchallenge.errors import InputError, LmcError
 from lmchallenge.analysis.grep import is_selected
 from lmchallenge.logs.io import log_argument, read_log
@@ -359,7 +360,7 @@ PAGE_BYTES_PER_TOKEN = 270
 
 def log_name(log: Iterable[Datum] | str) -> str:
     """How errors name ``log``."""
-    return ("<stdin>" if log == "-" else log) if isinstance(log, str) else "<log>"
+    return input_name(log) if isinstance(log, str) else "<log>"
 
 
 def ansi(log: Iterable[Datum] | str | None = None, entropy_interval: float = 10.0,

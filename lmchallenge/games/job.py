@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from lmchallenge.corpus import (FileVersion, Message, check_unchanged, file_version, is_stream,
-                                read_corpus)
+from lmchallenge.corpus import (FileVersion, Message, check_unchanged, file_version, input_name,
+                                is_stream, read_corpus)
 from lmchallenge.games.runner import run_game
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.logs.files import check_writable
@@ -116,7 +116,7 @@ def execute(job: RunJob) -> int:
             progress.close()
         close_model(model)      # a Python model was closed before its log was complete
     if n == 0:      # (as 5.2, the empty log is written; said, so it is not taken for a result)
-        LOG.warning("%s: %s: the log is empty", "<stdin>" if job.corpus == "-" else job.corpus,
+        LOG.warning("%s: %s: the log is empty", input_name(job.corpus),
                     "it holds no message" if total == 0 else
                     f"none of its {total:,} messages has a token to evaluate")
     LOG.info("wrote %d log lines", n)

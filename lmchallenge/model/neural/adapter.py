@@ -41,7 +41,6 @@ model, ``chunk``, ``batch_size``, device and dtype.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from types import MappingProxyType
 from typing import Any
@@ -55,7 +54,7 @@ from lmchallenge.model.neural.prefix import NoPlainCopy, encoder
 from lmchallenge.model.neural.vocab import UnsupportedTokenizer, Vocabulary
 from lmchallenge.model.neural.words import RefusedQuery, WordScorer
 from lmchallenge.model.wire import Result, protocol_text
-from lmchallenge.tuning import own_limits
+from lmchallenge.tuning import own_limits, usable_cpus
 
 CHUNK = 32
 """Default tokens per forward-pass row: KJV lines are about 40 tokens, so 32 pads less of each
@@ -119,7 +118,7 @@ class CausalLM(Model):
         check_kinds(model, model=model, device=device, dtype=dtype, start_token=start_token,
                     random_weights=random_weights)
         if threads is None and "MKL_NUM_THREADS" in own_limits():  # lmc's limit, not the user's
-            threads = len(os.sched_getaffinity(0))
+            threads = usable_cpus()
         if threads is not None:
             import torch
             torch.set_num_threads(threads)
