@@ -95,7 +95,8 @@ def run_options(function):
         click.option("--scheduler", type=SchedulerParam(), metavar="ADDR",
                      help="Dask scheduler address (tcp://HOST:8786); default: an embedded cluster."),
         click.option("--workers", type=count(1, MAX_WORKERS), metavar="N",
-                     help="Worker processes of the embedded cluster (default: one per core)."),
+                     help="Worker processes of the embedded cluster (default: one per CPU this "
+                          "process may use: its affinity and container CPU limit count)."),
         click.option("--resources", type=ResourcesParam(), default=None,
                      help="Dask worker resources each partition task needs, e.g. GPU=1: only "
                           "workers started with `dask worker --resources GPU=1` run partitions "

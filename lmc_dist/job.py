@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from lmchallenge.corpus import check_unchanged
 from lmchallenge.errors import LmcError, ModelError, first_line
-from lmchallenge.tuning import DASK_EMBEDDED_CONFIG
+from lmchallenge.tuning import DASK_EMBEDDED_CONFIG, usable_cpus
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.games.typos import read_vocabulary
 from lmchallenge.logs.convert import convert_file, join_logs
@@ -79,7 +79,8 @@ class DistJob:
         corpus_format: ``auto``, ``text`` or ``json``.
         out_format: ``parquet`` or ``jsonl``.
         scheduler: address of an existing Dask scheduler, or None for an embedded cluster.
-        workers: worker processes of the embedded cluster (default: one per core).
+        workers: worker processes of the embedded cluster (default: one per usable CPU,
+            :func:`embedded_workers`).
         partition_chars: target characters per partition (None: a size in estimated model
             queries chosen for the cluster, :class:`lmc_dist.sizing.ForCluster`; on
             ``--resume``, the size recorded in the run dir).
@@ -171,7 +172,7 @@ def connect(job: DistJob) -> Iterator[Client]:
         with client_filters(), scheduler_client(job.scheduler) as client, quiet_interruption():
             yield client
         return
-    n = job.workers or os.cpu_count() or 1
+    n = embedded_workers(job)
     cluster = None
     try:   # the settings are read when the scheduler, nannies and workers start; the
         # cluster's processes inherit an ignored SIGINT
@@ -338,7 +339,7 @@ def _register_model_pool(client: Client, job: DistJob) -> None:
         raise _cannot_set_up(job, e) from None
     try:
         if not job.scheduler:
-            client.wait_for_workers(job.workers or os.cpu_count() or 1, timeout=60)
+            client.wait_for_workers(embedded_workers(job), timeout=60)
         client.register_plugin(ModelPool(), name=PLUGIN_NAME)
     except (OSError, TimeoutError) as e:
         raise LmcError(f"{cluster_name(job)} lost workers as the run started ({str(e).rstrip('.')}); run again "
@@ -415,7 +416,7 @@ def partition_size(job: DistJob, old: dict[str, Any] | None) -> int | PartitionS
 def cluster_size(job: DistJob, client: Client | None = None) -> int:
     """Workers ``job`` will run on: ``--workers``, else the workers the scheduler of
     ``client`` has now (with ``--resources``: those declaring them), else (an embedded
-    cluster) one per core.
+    cluster) one per usable CPU (:func:`embedded_workers`).
 
     Raises:
         LmcError: no worker declares the ``--resources`` asked for.
@@ -424,7 +425,14 @@ def cluster_size(job: DistJob, client: Client | None = None) -> int:
         return job.workers
     if client is not None:
         return max(1, workers_of(client, job))
-    return os.cpu_count() or 1
+    return embedded_workers(job)
+
+
+def embedded_workers(job: DistJob) -> int:
+    """Workers of ``job``'s embedded cluster: ``--workers``, else one per CPU this process
+    may use (:func:`lmchallenge.tuning.usable_cpus`: less than the machine's under
+    ``taskset`` or a container's CPU quota)."""
+    return job.workers or usable_cpus()
 
 
 def workers_of(client: Client, job: DistJob) -> int:

@@ -8,7 +8,7 @@ that make ``lmc``, ``lmc-dist`` and their workers faster, each applied where it 
   at any time; they tune a process that exits when its command is done.
 * :data:`DASK_EMBEDDED_CONFIG` is the Dask configuration of ``lmc-dist``'s embedded cluster.
 * :func:`usable_cpus` sizes a process's own pools (the neural model's torch threads under
-  ``lmc``, the helper processes of ``lmc-dist``'s scan).
+  ``lmc``, the helper processes of ``lmc-dist``'s scan, its embedded cluster).
 
 The figures behind each setting are in BENCHMARKS.md.
 """
@@ -21,12 +21,13 @@ import os
 import sys
 
 def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity where the system tells it, else all):
-    what a pool of threads or processes of this process is sized by."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:      # (not Linux)
-        return os.cpu_count() or 1
+    """The CPUs this process may use, as Dask counts them (``dask.system.cpu_count``): the
+    machine's, less where the process's affinity (``taskset``) or its container's CPU quota
+    (``docker run --cpus``, a cgroup limit) allows fewer.  What a pool of threads or
+    processes of this process is sized by.  (Dask is imported on the first call, not with
+    this module: 0.2 s that most ``lmc`` commands do not need.)"""
+    import dask.system
+    return dask.system.cpu_count()
 
 
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")

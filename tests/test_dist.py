@@ -923,6 +923,20 @@ def test_the_embedded_cluster_declares_the_resources(tmp_path, commits):
     assert concatenated(run_dir) == expected
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs CPU affinity and two CPUs to leave one out")
+def test_the_embedded_cluster_has_a_worker_per_cpu_the_run_may_use(tmp_path, commits):
+    """QA: under ``taskset -c 0`` (or a container's CPU quota) the embedded cluster started a
+    worker per CPU of the machine, each with its model, on the one CPU allowed."""
+    one = min(os.sched_getaffinity(0))
+    result = lmc_dist(["run", toy_model_command(), "we", "--input", str(commits),
+                       "--run-dir", str(tmp_path / "run"), "--partition-chars", "4000"],
+                      preexec_fn=lambda: os.sched_setaffinity(0, {one}))
+    err = result.stderr.decode()
+    assert re.search(r" on 1 worker, \d+ partitions;", err), err
+    assert concatenated(tmp_path / "run") == lmc_run(["we"], commits)
+
+
 @pytest.mark.parametrize("text, message", [
     ("GPU", "'GPU' is not NAME=AMOUNT with a positive AMOUNT (e.g. GPU=1)"),
     ("GPU=0", "'GPU=0' is not NAME=AMOUNT with a positive AMOUNT (e.g. GPU=1)"),

@@ -1214,13 +1214,14 @@ def test_unpack_writes_a_model_directory_with_the_same_answers(model_dir, corpus
 @pytest.mark.parametrize("user", [None, "1"])
 def test_torch_threads_in_lmcs_process_are_the_users(model_dir, user):
     """In process under lmc (whose one-thread BLAS limit torch would read), the model
-    computes with one thread per core, unless the user set ``MKL_NUM_THREADS`` themselves."""
+    computes with one thread per CPU it may use (its affinity, its container's CPU quota),
+    unless the user set ``MKL_NUM_THREADS`` themselves."""
     import os
     probe = ("from lmchallenge import cli\n"
              "from lmchallenge.model.neural.adapter import CausalLM\n"
-             "import os, torch\n"
+             "import dask.system, torch\n"
              f"CausalLM({str(model_dir)!r})\n"
-             "print(torch.get_num_threads(), len(os.sched_getaffinity(0)))\n")
+             "print(torch.get_num_threads(), dask.system.cpu_count())\n")
     env = {"PATH": os.environ["PATH"], **({"MKL_NUM_THREADS": user} if user else {})}
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                             env=env, timeout=600)
