@@ -884,7 +884,10 @@ def _watching_workers(client: Client, job: DistJob, items: Iterable[Any],
         while not stop.wait(every):
             asked = time.monotonic()
             try:
-                identity = client.sync(client.scheduler.identity, n_workers=-1,
+                # the workers' details only where --resources needs them, else their count
+                # (on 1,000 workers, details every few seconds are a large message)
+                identity = client.sync(client.scheduler.identity,
+                                       n_workers=-1 if job.resources else 0,
                                        callback_timeout=limit)
             except TimeoutError:
                 if silent_since is None:
@@ -901,7 +904,8 @@ def _watching_workers(client: Client, job: DistJob, items: Iterable[Any],
                             time.monotonic() - silent_since)
                 silent_since = None
             connected = identity.get("workers", {})
-            workers = len(offering(connected, job.resources)) if job.resources else len(connected)
+            workers = len(offering(connected, job.resources)) if job.resources \
+                else identity.get("n_workers", 0)
             if workers == 0 and not alone and job.resources:
                 wanted = format_resources(job.resources)
                 LOG.warning("no Dask worker declaring the resources %s that --resources asks for "

@@ -1098,6 +1098,7 @@ def test_a_worker_that_joins_during_the_run_is_counted_in_its_summary(tmp_path):
     workers = {p["worker"] for p in manifest["partitions"]}
     assert len(workers) == 2, "the second worker took no partition: start it sooner"
     assert f" on 2 workers, {len(manifest['partitions'])} partitions;" in err, err
+    assert "no Dask worker" not in err, err     # the watch counts them (every 5 s)
 
 
 @pytest.mark.slow
