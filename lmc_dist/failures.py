@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from distributed import KilledWorker
+
 from lmchallenge.errors import InputError, ModelError
 
 from lmc_dist.worker import ModelFilesError, PartitionTask, RunDirError, WorkerSetupError
@@ -101,4 +103,23 @@ def _failure_message(task: PartitionTask, error: BaseException) -> str:
              f"{task.corpus_name}, first message {p.first_message})")
     if isinstance(error, (ModelError, InputError, WorkerSetupError)):
         return f"{where}: {error}"
+    if isinstance(error, KilledWorker):
+        return f"{where}: {_killed_workers(task, error)}"
     return f"{where}: {type(error).__name__}: {error}"
+
+
+def _killed_workers(task: PartitionTask, error: KilledWorker) -> str:
+    """What a partition whose every worker died while evaluating it means, and where to
+    look: Dask's own message names the task, not the model, and not that a Python model
+    shares its worker's process."""
+    tried = error.allowed_failures + 1
+    said = (f"the worker evaluating it died, {tried} times (on {tried} workers: Dask's "
+            f"distributed.scheduler.allowed-failures is {error.allowed_failures}); ")
+    if task.predictor.is_python:
+        return said + (f"the Python model {task.predictor.spec!r} runs in the worker's own "
+                       "process, so a crash in it (a segmentation fault, os._exit, memory "
+                       "exhausted) ends the worker: the worker's stderr shows the Python "
+                       "stack of a crash, and `lmc run` on these lines where it happens")
+    return said + ("the model runs in a process of its own, so the worker itself was killed: "
+                   "out of memory (the kernel's OOM killer, or its nanny's memory limit), "
+                   "or from outside; the workers' logs say why")

@@ -19,6 +19,10 @@
   holds: lmc-dist saves the manifest and says so in one line (``--resume`` finishes the run).
   Closing the client then cuts short its attempt to reconnect, which ``distributed`` logs
   with a trace; the client drops those records (:class:`LostScheduler`).
+* A partition whose workers all died running it (a Python model that crashed its worker's
+  process, say) is reported by the client with its lines and what may have killed them; the
+  embedded cluster's scheduler, in the client's process, does not log it too
+  (:class:`OwnKilledWorkers`).
 * A worker that closes (the embedded cluster at the end of every run, a cluster scaled down)
   while its heartbeat to the scheduler is under way logs the heartbeat's failure, with a
   trace, at ERROR: the worker's own connection pool, closing, cut the heartbeat off (an
@@ -96,12 +100,14 @@ class LostScheduler(logging.Filter):
 @contextlib.contextmanager
 def client_filters() -> Iterator[None]:
     """While the body runs, the client process drops :class:`SyncCancelRace`'s records
-    (tornado logs the loop's callback errors as ``tornado.application``) and
-    :class:`LostScheduler`'s."""
+    (tornado logs the loop's callback errors as ``tornado.application``),
+    :class:`LostScheduler`'s and (the embedded cluster's scheduler runs in this process)
+    :class:`OwnKilledWorkers`'."""
     lost = LostScheduler()
     filtered = [(logging.getLogger("tornado.application"), SyncCancelRace()),
                 (logging.getLogger("distributed.client"), lost),
-                (logging.getLogger("distributed.batched"), lost)]
+                (logging.getLogger("distributed.batched"), lost),
+                (logging.getLogger("distributed.scheduler"), OwnKilledWorkers())]
     for logger, drop in filtered:
         logger.addFilter(drop)
     try:
@@ -109,6 +115,20 @@ def client_filters() -> Iterator[None]:
     finally:
         for logger, drop in filtered:
             logger.removeFilter(drop)
+
+
+WORKERS_DIED = "Task %s marked as failed because %d workers died while trying to run it"
+"""The message ``distributed.scheduler`` logs at ERROR when a task has outlived
+``distributed.scheduler.allowed-failures`` workers (then the task's ``KilledWorker``)."""
+
+
+class OwnKilledWorkers(logging.Filter):
+    """Drops the scheduler's :data:`WORKERS_DIED` record of an lmc-dist task: the client
+    says what it means for that partition (:func:`lmc_dist.failures.failure_messages`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.msg == WORKERS_DIED and isinstance(record.args, tuple)
+                    and str(record.args[0]).startswith(TASK_PREFIX))
 
 
 HEARTBEAT_FAILED = "Failed to communicate with scheduler during heartbeat."

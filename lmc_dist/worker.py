@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import json
 import logging
 import os
@@ -103,6 +104,8 @@ class ModelPool(WorkerPlugin):
     def setup(self, worker=None) -> None:
         self.__init__()
         quiet_worker(worker)
+        # a Python model that crashes the worker's process: its Python stack on stderr
+        faulthandler.enable(all_threads=False)
         if worker is not None:      # for the model processes this worker starts
             os.environ[WORKER_VARIABLE] = str(worker.name)
         if os.environ.get(EMBEDDED_WORKER):     # a Python model's prints: not into the stats

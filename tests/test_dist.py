@@ -267,6 +267,34 @@ def test_a_python_model_s_exception_that_does_not_unpickle_is_one_line(tmp_path)
     assert "model 'errmodel:Unpicklable': predict raised MyErr: custom 1 2" in err
 
 
+def test_a_python_model_that_crashes_its_workers_is_named_with_its_partition(tmp_path):
+    """QA: a segmentation fault in a Python model (it runs in the worker's process) gave
+    Dask's KilledWorker text ("Inspecting worker logs is often a good next step ...") and
+    the scheduler's own ERROR line; now the partition's lines, that the workers died and
+    why they may have, once, and each crash's Python stack with the model's frame."""
+    (tmp_path / "crashing.py").write_text(
+        "import ctypes\n"
+        "class Crashing:\n"
+        "    def predict(self, context, candidates):\n"
+        "        if 'of' in context:\n"
+        "            ctypes.string_at(0)\n"
+        "        return [(c, -1.0) for c in candidates]\n")
+    (tmp_path / "c.txt").write_text("in the beginning\n" * 20 + "the book of it\n")
+    result = lmc_dist(["run", "crashing:Crashing", "we", "--input", "c.txt", "--run-dir", "run",
+                       "--workers", "1", "--partition-chars", "200", "--no-progress"],
+                      check=False, cwd=tmp_path)
+    err = result.stderr.decode()
+    assert result.returncode == 2, err
+    assert re.search(r"^lmc-dist: error: partition \d+ \(lines \d+-21 of c\.txt, first message "
+                     r"\d+\): the worker evaluating it died, 4 times \(on 4 workers: Dask's "
+                     r"distributed\.scheduler\.allowed-failures is 3\); the Python model "
+                     r"'crashing:Crashing' runs in the worker's own process, so a crash in it ",
+                     err, re.M), err
+    assert err.count('crashing.py", line 5 in predict\n') == 4, err
+    assert "KilledWorker" not in err and "marked as failed" not in err, err
+    assert re.search(r"^lmc-dist: error: 1 of \d+ partitions failed", err, re.M), err
+
+
 @pytest.mark.parametrize("workers, partition_chars, args", [
     (1, 3000, ["wc"]),
     (2, 3000, ["we", "--train"]),

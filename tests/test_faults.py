@@ -353,3 +353,47 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_the_scheduler_s_record_of_an_lmc_task_s_dead_workers_is_dropped_and_no_other():
+    """The embedded cluster's scheduler (in lmc-dist's process) logged "Task lmc-part-... marked
+    as failed because 4 workers died ..." above lmc-dist's own message for that partition."""
+    from lmc_dist.quiet import WORKERS_DIED, OwnKilledWorkers
+
+    def record(message: str, *args) -> logging.LogRecord:
+        return logging.LogRecord("distributed.scheduler", logging.ERROR, "scheduler.py", 1,
+                                 message, args, None)
+
+    own = OwnKilledWorkers()
+    assert not own.filter(record(WORKERS_DIED, "lmc-part-00001-b1b98748", 4))
+    assert own.filter(record(WORKERS_DIED, "other-task-1", 4))
+    assert own.filter(record("Task %s marked as failed because it timed out", "lmc-part-1"))
+
+
+@pytest.mark.parametrize("spec, why", [
+    ("crashing:Crashing", "the Python model 'crashing:Crashing' runs in the worker's own process, "
+                          "so a crash in it (a segmentation fault, os._exit, memory exhausted) "
+                          "ends the worker: the worker's stderr shows the Python stack of a "
+                          "crash, and `lmc run` on these lines where it happens"),
+    ("lmc-ngram serve kjv.lm", "the model runs in a process of its own, so the worker itself "
+                               "was killed: out of memory (the kernel's OOM killer, or its "
+                               "nanny's memory limit), or from outside; the workers' logs say why"),
+])
+def test_a_partition_whose_workers_all_died_says_what_may_have_killed_them(spec, why):
+    from types import SimpleNamespace
+
+    from distributed import KilledWorker
+
+    from lmc_dist.failures import failure_messages
+    from lmc_dist.partition import Partition
+    from lmc_dist.worker import PartitionTask
+
+    task = PartitionTask(run_dir="run", input_path="/data/c.txt", corpus_name="c.txt",
+                         corpus_format="text", game=GameSpec("we"), predictor=PredictorSpec(spec),
+                         train=False, partition=Partition(index=3, start=0, end=10, first_line=40,
+                                                          first_message=39, messages=5,
+                                                          characters=10, users=1))
+    died = KilledWorker("lmc-part-00003-abc", SimpleNamespace(address="tcp://127.0.0.1:1"), 2)
+    assert failure_messages([None, None, None, task], {3: died}) == [
+        "partition 3 (lines 40-44 of c.txt, first message 39): the worker evaluating it died, "
+        "3 times (on 3 workers: Dask's distributed.scheduler.allowed-failures is 2); " + why]

@@ -451,6 +451,29 @@ def test_a_python_model_that_raises_is_reported_like_a_shell_model(tmp_path):
                     "request: 'predict\\tThe book of \\tit'\n")
 
 
+CRASHING = ("import ctypes\n"
+            "class Crashing:\n"
+            "    def predict(self, context, candidates):\n"
+            "        if 'of' in context:\n"
+            "            ctypes.string_at(0)     # a segmentation fault, as a broken extension\n"
+            "        return [(c, -1.0) for c in candidates or ['x']]\n")
+"""A Python model that crashes the process it runs in (lmc's, or an lmc-dist worker's)."""
+
+
+def test_a_python_model_that_crashes_lmc_shows_where(tmp_path):
+    """QA: a segmentation fault in a Python model ended ``lmc run`` with the shell's
+    "Segmentation fault" alone; now with the Python stack, the model's frame in it, and no
+    log written."""
+    (tmp_path / "crashing.py").write_text(CRASHING)
+    result = lmc("run", "crashing:Crashing", "we", "--output", "log.jsonl",
+                 stdin=b"The book of it\n", cwd=tmp_path)
+    text = result.stderr.decode()
+    assert result.returncode == -11, text
+    assert text.startswith("Fatal Python error: Segmentation fault\n"), text
+    assert f'File "{tmp_path / "crashing.py"}", line 5 in predict\n' in text, text
+    assert not (tmp_path / "log.jsonl").exists()
+
+
 def test_a_python_model_that_raises_mid_word_in_wc_names_that_token(tmp_path):
     """Predicts are drawn a run at a time (lmchallenge.model.session.InProcessModel): the
     answers before the failing call are given to their tokens first, so the token named is

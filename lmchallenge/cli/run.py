@@ -8,6 +8,7 @@ PREDICTOR (as 5.x), between PREDICTOR and the game, and after the game.
 
 from __future__ import annotations
 
+import faulthandler
 from collections.abc import Callable
 from typing import Any
 
@@ -109,6 +110,8 @@ def _run(ctx, game: GameSpec, corpus: str, run: dict[str, Any]) -> None:
     set_verbosity(o["verbose"])
     predictor = PredictorSpec(ctx.obj["predictor"], model_options(o["options"]), timeout=o["timeout"],
                               window=o["window"], start_timeout=o["start_timeout"])
+    if predictor.is_python:     # a model that crashes this process: its Python stack on stderr
+        faulthandler.enable(all_threads=False)
     execute(RunJob(predictor=predictor, game=game, corpus=corpus,
                    corpus_format=o["corpus_format"], train=o["train"], output=o["output"]))
 
