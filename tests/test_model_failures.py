@@ -11,6 +11,7 @@ import pickle
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -449,6 +450,30 @@ def test_a_python_model_that_raises_is_reported_like_a_shell_model(tmp_path):
     assert text == ("lmc: error: model 'unigram:Unigram': predict raised ValueError: no "
                     "'The book of '\nwhile evaluating user None, message 0, token 3 ('it')\n"
                     "request: 'predict\\tThe book of \\tit'\n")
+
+
+def test_a_model_that_does_not_exit_at_the_end_of_its_input_is_said_and_killed_once(tmp_path):
+    """QA: a model going on after its input's end (here it ignores it, and SIGTERM) held
+    ``lmc run`` twice ``--timeout`` in silence (the wait for its output's end, then another
+    for its exit), the log already complete; now one ``--timeout`` in all, and a warning."""
+    (tmp_path / "stays.py").write_text(
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "for line in sys.stdin:\n"
+        "    print('\\t'.join(c + '\\t-1.0' for c in line.rstrip('\\n').split('\\t')[2:]),"
+        " flush=True)\n"
+        "time.sleep(600)\n")
+    started = time.monotonic()
+    result = lmc("run", "--timeout", "7", f"{PYTHON} stays.py", "we", "--output", "log.jsonl",
+                 stdin=b"The book of it\n", cwd=tmp_path)
+    took = time.monotonic() - started
+    text = result.stderr.decode()
+    assert result.returncode == 0, text
+    assert text == (f"WARNING\tmodel '{PYTHON} stays.py' has not exited 5 s after the end of its "
+                    "input: waiting for it at most --timeout (7 s), then it is killed (its "
+                    "answers are all in)\n")
+    assert len((tmp_path / "log.jsonl").read_text().splitlines()) == 4
+    assert took < 13, f"waited {took:.1f} s: more than one --timeout (7 s)"
 
 
 CRASHING = ("import ctypes\n"

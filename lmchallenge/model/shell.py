@@ -40,6 +40,10 @@ commands: 130, 143): the model was stopped from outside, as by the signal."""
 LONGEST_WAIT = 86400.0
 """The longest single wait for a model (a longer timeout is waited for in steps of this):
 waits of 1e10 s overflow the system's clock arithmetic (QA: an OverflowError)."""
+EXIT_NOTICE_SECONDS = 5.0
+"""How long a model may take to exit after the end of its input before lmc says that it
+waits for it (QA: a model that went on after its input's end held ``lmc run`` a silent
+minute, the log already complete)."""
 EXIT_CHECK_SECONDS = 0.5
 """How often a model finished (its input closed, its extra output awaited) is checked for
 having exited: a child it left running (``server &``) may hold its output open, and the end
@@ -459,7 +463,8 @@ class ShellModel(Model):
             ModelError: it wrote more (its first extra line is named), or exited with a code
                 other than 0 or was killed by a signal (not by this method: a model that
                 neither exits nor closes its output within ``timeout`` of its input's end is
-                killed quietly); its stderr's tail is given.  LM Challenge 5.2 too fails an
+                killed, with a warning after :data:`EXIT_NOTICE_SECONDS`, and its answers
+                stand); its stderr's tail is given.  LM Challenge 5.2 too fails an
                 evaluation whose model exits with an error after its last answer.
         """
         if self._closed:
@@ -468,7 +473,39 @@ class ShellModel(Model):
             self._proc.stdin.close()
         except BrokenPipeError:
             pass
-        rest, deadline = b"", time.monotonic() + self.timeout
+        notice = self._exit_notice()
+        try:
+            ended = self._read_to_the_end(time.monotonic() + self.timeout)
+        finally:
+            notice.cancel()
+        if ended:
+            code = self._proc.returncode
+            if code:
+                raise ModelError(self.cmd, f"{_exit_reason(code)} after its last answer",
+                                 stderr_tail=self._stderr.text(wait=1.0),
+                                 stopped=_stopped(code))
+
+    def _exit_notice(self) -> threading.Timer:
+        """A started timer that says, if not cancelled within :data:`EXIT_NOTICE_SECONDS`,
+        that the model has not exited since its input's end."""
+        timer = threading.Timer(
+            EXIT_NOTICE_SECONDS, LOG.warning,
+            ("model %r has not exited %g s after the end of its input: waiting for it at most "
+             "--timeout (%g s), then it is killed (its answers are all in)",
+             self.cmd, EXIT_NOTICE_SECONDS, self.timeout))
+        timer.daemon = True
+        timer.start()
+        return timer
+
+    def _read_to_the_end(self, deadline: float) -> bool:
+        """Read the output of the model, whose input has ended, to its end, then
+        :meth:`close` it, both by ``deadline`` (``time.monotonic()``); whether it exited
+        without being killed.
+
+        Raises:
+            ModelError: it wrote more than it was asked (the first extra line is named).
+        """
+        rest = b""
         while len(rest) < (1 << 16):
             left = deadline - time.monotonic()
             if left <= 0:
@@ -483,16 +520,12 @@ class ShellModel(Model):
             rest += chunk
         if rest:
             raise self._more_than_asked(_first_line(rest))
-        if self.close():
-            code = self._proc.returncode
-            if code:
-                raise ModelError(self.cmd, f"{_exit_reason(code)} after its last answer",
-                                 stderr_tail=self._stderr.text(wait=1.0),
-                                 stopped=_stopped(code))
+        return self.close(deadline)
 
-    def close(self) -> bool:
-        """Close the model's stdin and wait for it to exit (killed after ``timeout``);
-        whether it exited (or was killed by a signal) without being killed here."""
+    def close(self, deadline: float | None = None) -> bool:
+        """Close the model's stdin and wait for it to exit (killed after ``timeout``, or at
+        ``deadline``, a ``time.monotonic()`` time); whether it exited (or was killed by a
+        signal) without being killed here."""
         if self._closed:
             return False
         self._closed = True
@@ -502,7 +535,8 @@ class ShellModel(Model):
             pass
         ended = True
         try:
-            self._proc.wait(timeout=self.timeout)
+            self._proc.wait(timeout=self.timeout if deadline is None
+                            else max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             ended = False
             self.kill()
