@@ -476,6 +476,23 @@ def test_a_model_that_does_not_exit_at_the_end_of_its_input_is_said_and_killed_o
     assert took < 13, f"waited {took:.1f} s: more than one --timeout (7 s)"
 
 
+@pytest.mark.parametrize("method, body, said", [
+    ("predict", "return (p if p else 1 // 0 for p in [(candidates[0], -1.0), None])",
+     "predict raised ZeroDivisionError: integer division or modulo by zero"),
+    ("predict_batch", "return (1 // 0 for query in queries)",
+     "predict_batch raised ZeroDivisionError: integer division or modulo by zero"),
+    ("predict_batch", "return None",
+     "malformed answer None: expected a list of answers, one per query, got NoneType"),
+])
+def test_a_python_model_s_lazy_answer_that_raises_is_the_model_s_error(tmp_path, method, body,
+                                                                       said):
+    """QA: a model answering with a generator that raised as lmc read it (or a batch of
+    None) ended ``lmc run`` with a Python traceback, not the model's error."""
+    text = failed(in_process(tmp_path, "lazy:Lazy", method, body, "we", stdin=b"The book\n"))
+    assert text.startswith(f"lmc: error: model 'lazy:Lazy': {said}\nwhile evaluating user None, "
+                           "message 0, token 0 ('The')"), text
+
+
 CRASHING = ("import ctypes\n"
             "class Crashing:\n"
             "    def predict(self, context, candidates):\n"

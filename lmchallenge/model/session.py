@@ -186,7 +186,9 @@ class InProcessModel:
             yield answers
 
     def _predict_batch(self, predicts: list[Predict]) -> list[Result]:
-        answers = list(self._call(predicts, "predict_batch", [_as_read(p) for p in predicts]))
+        answers = self._listed(self._call(predicts, "predict_batch",
+                                          [_as_read(p) for p in predicts]),
+                               "predict_batch", "a list of answers, one per query", predicts)
         if len(answers) != len(predicts):
             raise self._error(f"predict_batch returned {len(answers)} answers for "
                               f"{len(predicts)} queries", predicts)
@@ -229,11 +231,7 @@ class InProcessModel:
                         encode_request(first).rstrip("\n")[:ModelError.SHOWN_REQUEST])
 
     def _answer(self, request: Predict, answer: Iterable[tuple[str, float]]) -> Result:
-        try:
-            result = list(answer)
-        except TypeError:
-            raise self._error(f"malformed answer {_shorten(repr(answer))}: expected (text, score) "
-                              f"pairs, got {type(answer).__name__}", request) from None
+        result = self._listed(answer, "predict", "(text, score) pairs", request)
         try:
             check_result(result)
         except ValueError as e:
@@ -246,6 +244,24 @@ class InProcessModel:
                             "each is kept (warned once)", self.name, _shorten(repr(result)))
             result = first_of_each(result)
         return result
+
+    def _listed(self, answer: Any, method: str, expected: str,
+                requests: Request | Sequence[Predict]) -> list:
+        """``answer``, what the model's ``method`` returned for ``requests``, as a list.  A
+        lazy iterable (a generator) is run here: what it raises is the model's error, as if
+        ``method`` had raised it (QA: a traceback); one that is not iterable is a malformed
+        answer (``expected`` says what was)."""
+        try:
+            items = iter(answer)
+        except TypeError:
+            raise self._error(f"malformed answer {_shorten(repr(answer))}: expected {expected}, "
+                              f"got {type(answer).__name__}", requests) from None
+        try:
+            return list(items)
+        except LmcError:
+            raise
+        except (Exception, SystemExit) as e:
+            raise self._error(f"{method} raised {type(e).__name__}: {e}", requests) from e
 
     def _error(self, reason: str, requests: Request | Sequence[Predict]) -> ModelError:
         """A :class:`ModelError` naming ``requests`` (the first is the failing one's), with
