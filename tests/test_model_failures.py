@@ -493,6 +493,24 @@ def test_a_python_model_s_lazy_answer_that_raises_is_the_model_s_error(tmp_path,
                            "message 0, token 0 ('The')"), text
 
 
+@pytest.mark.parametrize("score, expected", [("numpy.float32(-1.5)", -1.5),
+                                             ("numpy.int64(-2)", -2.0),
+                                             ("fractions.Fraction(-3, 2)", -1.5)])
+def test_a_python_model_s_scores_of_other_real_types_are_logged_as_floats(tmp_path, score,
+                                                                         expected):
+    """QA: NumPy's float32 scores passed the answer's check, then ``lmc run`` failed with a
+    traceback writing them (JSON cannot hold them); they are floats in the log."""
+    (tmp_path / "typed.py").write_text(
+        "import fractions, numpy\n"
+        "class Typed:\n"
+        "    def predict(self, context, candidates):\n"
+        f"        return [(c, {score}) for c in candidates or ['x']]\n")
+    result = lmc("run", "typed:Typed", "we", stdin=b"The book\n", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr.decode()
+    logp = [json.loads(line)["logp"] for line in result.stdout.splitlines()]
+    assert logp == [expected, expected] and all(type(x) is float for x in logp)
+
+
 CRASHING = ("import ctypes\n"
             "class Crashing:\n"
             "    def predict(self, context, candidates):\n"

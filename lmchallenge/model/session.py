@@ -13,7 +13,8 @@ from typing import Any, Protocol
 
 from lmchallenge.errors import LmcError, ModelError
 from lmchallenge.model.wire import (Clear, Predict, Request, Result, Train, check_result,
-                                    encode_request, first_of_each, has_duplicates, protocol_text)
+                                    encode_request, first_of_each, has_duplicates, plain_scores,
+                                    protocol_text)
 
 LOG = logging.getLogger(__name__)
 
@@ -233,10 +234,12 @@ class InProcessModel:
     def _answer(self, request: Predict, answer: Iterable[tuple[str, float]]) -> Result:
         result = self._listed(answer, "predict", "(text, score) pairs", request)
         try:
-            check_result(result)
+            plain = check_result(result)
         except ValueError as e:
             raise self._error(f"malformed answer {_shorten(repr(result))}: {e}",
                               request) from None
+        if not plain:
+            result = plain_scores(result)
         if has_duplicates(result):
             if not self._warned_duplicates:
                 self._warned_duplicates = True

@@ -134,10 +134,17 @@ def _check_finite(texts: list[str], scores: list[str]) -> None:
             raise ValueError(f"the score of {text!r} is not a finite number ({score!r})")
 
 
-def check_result(result: Sequence) -> None:
+def check_result(result: Sequence) -> bool:
     """Raise ``ValueError`` unless ``result`` (an in-process model's answer, a list) is
     ``(text, score)`` pairs, each text a string and each score ``None`` (no score, as
-    LM Challenge 5.x's ``wc`` allows) or a finite real number (not a bool)."""
+    LM Challenge 5.x's ``wc`` allows) or a finite real number (not a bool).
+
+    Returns:
+        whether every score is ``None``, a ``float`` or an ``int``, as a log holds them;
+        else some is a real number of another type (NumPy's ``float32``, a ``Fraction``:
+        :func:`plain_scores` makes them floats).
+    """
+    plain = True
     for item in result:
         try:
             text, score = item
@@ -151,6 +158,16 @@ def check_result(result: Sequence) -> None:
             raise ValueError(f"the score of {text!r} is not a number ({_shown(score)})")
         if not math.isfinite(score):
             raise ValueError(f"the score of {text!r} is not a finite number ({score!r})")
+        plain = plain and type(score) in (float, int)
+    return plain
+
+
+def plain_scores(result: Result) -> Result:
+    """``result`` (checked by :func:`check_result`) with every score that is not ``None``, a
+    ``float`` or an ``int`` made a ``float`` (NumPy's ``float32``: QA, a log's JSON could
+    not hold it)."""
+    return [(text, score if score is None or type(score) in (float, int) else float(score))
+            for text, score in result]
 
 
 def _shown(value: object, most: int = 100) -> str:
@@ -194,5 +211,5 @@ def parse_request(line: str) -> tuple[str, str, Sequence[str] | None]:
 
 
 __all__ = ["Result", "Predict", "Train", "Clear", "Request", "protocol_text", "encode_request",
-           "parse_answer", "first_non_finite", "check_result", "has_duplicates", "first_of_each", "format_answer",
+           "parse_answer", "first_non_finite", "check_result", "plain_scores", "has_duplicates", "first_of_each", "format_answer",
            "parse_request"]
