@@ -90,6 +90,7 @@ class ModelPool(WorkerPlugin):
         self._models: dict[ModelKey, Any] = {}
         self._served: dict[ModelKey, list[str]] = {}   # part files each model answered
         self._gone: set[str] = set()    # clients whose runs' models end with their task
+        self._ended: set[str] = set()   # of those, the ones whose run said it has ended
         self._busy: set[ModelKey] = set()
         self._games: dict[str, Game] = {}
         self._lock = threading.Lock()
@@ -145,7 +146,7 @@ class ModelPool(WorkerPlugin):
         with self._lock:
             return {key[3] for key in self._models if key[3] is not None}
 
-    def finish_orphans(self, gone: set[str]) -> None:
+    def finish_orphans(self, gone: set[str], ended: bool = False) -> None:
         """Finish the models of the runs of Dask clients ``gone`` (a client killed, or stopped
         before its run's end, leaves its models to the pool): the idle ones on a thread of
         their own (finishing a model may wait for its timeout; this runs on the worker's
@@ -153,9 +154,14 @@ class ModelPool(WorkerPlugin):
         when it ends; a task of such a client that starts later takes the client for alive
         again (it was only cut off a while).  As with :meth:`finish_idle`, the part files of
         those found out of step are removed, so that the run's ``--resume`` makes them
-        again; their errors are no run's to report."""
+        again; their errors are no run's to report.  With ``ended`` (the clients said so
+        themselves, stopping), a task of theirs that starts later (one the scheduler had
+        handed out before it was cancelled) does not take them for alive again: its model
+        too is finished when it ends (QA: CI saw a model left after Ctrl-C)."""
         with self._lock:
             self._gone |= gone
+            if ended:
+                self._ended |= gone
             keys = [key for key in self._models if key[3] in self._gone and key not in self._busy]
         if keys:
             threading.Thread(target=self._finish, args=(keys,), daemon=True,
@@ -194,7 +200,8 @@ class ModelPool(WorkerPlugin):
         """
         key = (threading.get_ident(), _spec_key(spec), game, client)
         with self._lock:
-            self._gone.discard(client)
+            if client not in self._ended:
+                self._gone.discard(client)
             model = self._models.get(key)
             if model is not None:
                 self._busy.add(key)
@@ -319,10 +326,11 @@ def model_clients(dask_worker: Any = None) -> list[str]:
     return sorted(_pool_of(dask_worker).clients())
 
 
-def finish_orphaned_models(gone: list[str], dask_worker: Any = None) -> None:
+def finish_orphaned_models(gone: list[str], ended: bool = False, dask_worker: Any = None) -> None:
     """Run on every worker as a run starts: finish the models of the runs of the Dask
-    clients ``gone``, which the scheduler no longer has (:meth:`ModelPool.finish_orphans`)."""
-    _pool_of(dask_worker).finish_orphans(set(gone))
+    clients ``gone``, which the scheduler no longer has; or, with ``ended``, as a client's
+    run stops (Ctrl-C, SIGTERM), its own (:meth:`ModelPool.finish_orphans`)."""
+    _pool_of(dask_worker).finish_orphans(set(gone), ended)
 
 
 def _pool_of(dask_worker: Any) -> ModelPool:

@@ -549,6 +549,23 @@ def test_a_run_starting_while_orphans_are_looked_for_is_never_taken_for_gone():
     assert calls == [("model_clients", ()), ("scheduler", ()), ("finish_orphaned_models", (["killed"],))]
 
 
+@pytest.mark.parametrize("ended", [False, True])
+def test_a_task_of_a_stopped_run_that_starts_after_its_release_finishes_its_model(ended):
+    """CI: after Ctrl-C, a task the scheduler had handed out before its cancellation started
+    after the run had released its models, took the client for alive again, and left its
+    model idle on the worker until the next run.  A client that said it ended stays so; one
+    only found gone (it may have been cut off a while) is taken back by its next task."""
+    from lmchallenge.model.spec import PredictorSpec
+    from lmc_dist.worker import ModelPool
+    pool = ModelPool()
+    pool.finish_orphans({"stopped"}, ended=ended)
+    with pool.using(PredictorSpec(toy_model_command()), "we", "stopped") as (model, _):
+        assert model.predict("The", ["book"])
+    assert pool.clients() == (set() if ended else {"stopped"})
+    assert model._proc.poll() is not None if ended else model._proc.poll() is None
+    pool.close_all()
+
+
 def test_a_run_s_end_finishes_its_models_off_the_worker_s_event_loop():
     """Finishing a model may take its --timeout (one that does not exit when its input ends):
     the worker's event loop (heartbeats, other runs' tasks on a shared cluster) goes on
