@@ -299,7 +299,7 @@ def release_models(client: Client) -> None:
     worker, a GPU model's memory, after Ctrl-C).  A clean-up: nothing is said if the
     cluster cannot be asked."""
     with contextlib.suppress(Exception):
-        client.run(finish_orphaned_models, [client.id], True, on_error="return")
+        client.run(finish_orphaned_models, [client.id], ended=True, on_error="return")
 
 
 def held_models(client: Client, job: DistJob) -> set[str]:
