@@ -443,8 +443,12 @@ def test_cache_makes_a_new_word_scorable_and_predictable(model):
 def test_cached_top_n_equals_brute_force(model, kjv_lines):
     for line in kjv_lines[100:140]:
         model.train(line)
+    for _ in range(3):      # units outside the vocabulary: one equal to a prefix typed
+        model.train("Lol Lollard Lolly Lolly Lolly Lxx Lxx Lol-cat Lzz")
+    assert {"Lol", "Lollard", "Lxx"} <= set(model.cache.counts) - set(model.tables.vocab)
     vocabulary = sorted(set(model.tables.vocab[1:]) | set(model.cache.counts))
-    for context in ["", "And the ", "And the L", "And he sa", "And Moses "]:
+    for context in ["", "And the ", "And the L", "And the Lol", "And the Loll", "And he sa",
+                    "And Moses "]:
         prefix = "" if context.endswith(" ") or not context else words(context)[-1]
         matching = [w for w in vocabulary if w.startswith(prefix) and len(w) > len(prefix)]
         context_only = context[:len(context) - len(prefix)]
@@ -453,6 +457,63 @@ def test_cached_top_n_equals_brute_force(model, kjv_lines):
         got = model.predict(context, None)
         assert [s for s, _ in got] == [s for s, _ in expected]
         assert [p for _, p in got] == pytest.approx([p for _, p in expected], abs=1e-12)
+
+
+@pytest.mark.parametrize("tables", ["word_tables", "char_tables"])
+def test_the_best_from_a_history_s_continuations_equal_a_full_scan(tables, request, kjv_lines):
+    """best_of (the continuations of a history, kept for its prefixes) and best (the best of
+    each suffix's continuations) give the same ids and the same floats as scoring every
+    unit of the range, ties by id, with and without units excluded (the user cache's)."""
+    tables = request.getfixturevalue(tables)
+    tokens = words if tables.unit == "word" else list
+    vocab = tables.vocab
+    rng = random.Random(7)
+    histories = {()}
+    for line in kjv_lines[1500:1530] + ["Zerubbabel unknown-word the"]:
+        ids = [ngram.BOS] + [tables.index.get(u, -1) for u in tokens(line)]
+        for end in range(1, len(ids) + 1):
+            history = ids[max(0, end - tables.order + 1):end]
+            while -1 in history:    # cut after an unknown unit, as the model does
+                history = history[history.index(-1) + 1:]
+            histories.add(tuple(history))
+    ranges = [(1, tables.base)] + [tables.prefix_range(vocab[i][:k]) for i in
+                                   rng.sample(range(1, tables.base), 40) for k in (1, 2, 3)]
+    exclude = np.array(sorted(rng.sample(range(1, tables.base), 60)), dtype=np.int64)
+    used = 0
+    for history in sorted(histories):
+        rows = tables.history_rows(history)
+        known = tables.continuations(rows, most=tables.base)
+        assert (tables.continuations(rows, most=0) is None) == bool(len(known.ids))
+        used += len(known.ids) > 0
+        for lo, hi in rng.sample(ranges, 5):
+            for n, without in ((20, None), (5, exclude), (3 * tables.base, None)):
+                ids = np.arange(lo, hi)
+                if without is not None:
+                    ids = ids[~np.isin(ids, without)]
+                p = tables.probs(ids, rows)
+                top = np.lexsort((ids, -p))[:n]
+                for got_p, got_ids in (tables.best_of(known, lo, hi, n, exclude=without),
+                                       tables.best(rows, lo, hi, n, exclude=without)):
+                    assert got_ids.tolist() == ids[top].tolist()
+                    assert got_p.tolist() == p[top].tolist()
+    assert used > 50
+
+
+def test_a_history_with_too_many_continuations_gives_the_same_predictions(word_model_file,
+                                                                             monkeypatch):
+    """Completions after a history with more than CONTINUATIONS_MOST continuations (read
+    from the best of each suffix instead) equal those after its continuations."""
+    contexts = [line[:i] for line in ["And God said unto Moses , Let my people go .",
+                                      "In the beginning God created the heaven"]
+                for i in range(len(line))]
+    pooled = NgramModel(word_model_file)
+    expected = [pooled.predict(c, None) for c in contexts]
+    assert pooled._continuations_of.cache_info().hits > len(contexts) / 2
+    monkeypatch.setattr(ngram, "CONTINUATIONS_MOST", 0)
+    walked = NgramModel(word_model_file)
+    assert [walked.predict(c, None) for c in contexts] == expected
+    assert all(known is None or not len(known.ids)
+               for known in map(walked._continuations, [(ngram.BOS,), (walked.tables.index["God"],)]))
 
 
 # Character model ------------------------------------------------------------------------------

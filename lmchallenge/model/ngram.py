@@ -49,7 +49,11 @@ Top-N without a full scan: the ids of the vocabulary are in code-point order, so
 extending a prefix are one id range, and the continuations of a history are one block of
 rows sorted by id, with a precomputed order by probability.  The best ``N`` words are among
 the best ``N`` of each order (continuations of each history suffix, then the unigrams),
-which :meth:`NgramTables.best` takes with a few vectorised lookups.
+which :meth:`NgramTables.best` takes with a few vectorised lookups.  ``wc`` asks for the next
+word after a history, then for each prefix of the word typed after the same history: the
+history's continuations are then scored once (:meth:`NgramTables.continuations`) and each
+query takes the best of an id range of them and of the unigram order
+(:meth:`NgramTables.best_of`).
 
 Measured on the KJV Old Testament (23,145 lines, 703,285 words; a 2-core machine shared
 with other jobs): word trigram model trained in 4 s (2.5 s of it tokenizing), file 11.6 MB;
@@ -63,6 +67,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import heapq
 import json
 import math
 import os
@@ -99,6 +104,14 @@ TOP_MEMO = 1 << 13
 """(history, prefix) pairs whose predictions an :class:`NgramModel` remembers until its cache
 changes, the most recently used (about 20 MB with 20 predictions each): of ``wc``'s prediction
 queries on 1,000 KJV lines, 37% repeat a pair."""
+CONTINUATIONS_MEMO = 256
+"""Histories (as vocabulary ids) whose :class:`Continuations` an :class:`NgramModel` keeps for
+its next-word predictions and completions, the most recently used: ``wc`` asks for the next
+word after a history, then for each prefix of the word typed, all after that history."""
+CONTINUATIONS_MOST = 4096
+"""The most continuations of a history that an :class:`NgramModel` computes at once (at most
+about 100 KB each, 25 MB for :data:`CONTINUATIONS_MEMO` of them); a history with more is
+answered by :meth:`NgramTables.best`, which reads only the best of each of its suffixes."""
 MAX_ORDER = 64
 """The highest n-gram order a model file may have (a history's ids are packed in int64 keys
 order by order; higher orders are of no use for these corpora anyway)."""
@@ -114,6 +127,24 @@ character at a time would otherwise keep every one of its prefixes."""
 
 
 # Static tables -----------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Continuations:
+    """The units that the suffixes of one history continue (:meth:`NgramTables.continuations`).
+
+    Attributes:
+        ids: int64, sorted, distinct: the ids that some suffix of the history continues.
+        probs: float64, ``P(id | history)`` of each (as :meth:`NgramTables.probs`).
+        order: positions in ``ids`` by decreasing probability, ties by id.
+        scale: ``P(w | history) = scale * P_1(w)`` for every other id ``w`` (the product of
+            the history's interpolation weights).
+    """
+
+    ids: np.ndarray
+    probs: np.ndarray
+    order: np.ndarray
+    scale: float
+
 
 @dataclass
 class NgramTables:
@@ -233,11 +264,12 @@ class NgramTables:
         scale = 1.0
         for j in range(len(rows), 0, -1):
             keys = self.keys[j]
-            wanted = rows[j - 1] * base + ids
-            pos = np.minimum(keys.searchsorted(wanted), len(keys) - 1)
-            hit = todo & (keys[pos] == wanted)
-            result[hit] = scale * self.prob[j][pos[hit]]
-            todo &= ~hit
+            if len(keys):      # else no n-gram of order j + 1 (no training line that long)
+                wanted = rows[j - 1] * base + ids
+                pos = np.minimum(keys.searchsorted(wanted), len(keys) - 1)
+                hit = todo & (keys[pos] == wanted)
+                result[hit] = scale * self.prob[j][pos[hit]]
+                todo &= ~hit
             scale *= float(self.gamma[j - 1][rows[j - 1]])
         result[todo] = scale * self.prob[0][ids[todo]]
         return result
@@ -283,6 +315,70 @@ class NgramTables:
         top = np.lexsort((ids, -p))[:n]
         return p[top], ids[top]
 
+    def continuations(self, rows: Sequence[int], most: int) -> Continuations | None:
+        """The units that some suffix of a history continues in the tables, with their
+        probabilities after the whole history; ``None`` if there are more than ``most``.
+
+        Every other unit's probability is the unigram one scaled by all the history's
+        interpolation weights (``scale``), so the best ``n`` of any id range are among the
+        best ``n`` continuations in it and the best ``n`` of the unigram order in it that are
+        not continuations (:meth:`best_of`).
+
+        Args:
+            rows: from :meth:`history_rows`.
+            most: the largest number of continuations worth computing at once (a common
+                history of a large model continues with most of its vocabulary).
+        """
+        base = self.base
+        blocks = []
+        for j in range(len(rows), 0, -1):
+            keys = self.keys[j]
+            h = rows[j - 1]
+            start = int(keys.searchsorted(h * base))
+            end = int(keys.searchsorted((h + 1) * base))
+            if end - start > most:
+                return None
+            blocks.append(keys[start:end] - h * base)
+        if not blocks:
+            ids = np.zeros(0, dtype=np.int64)
+        elif len(blocks) == 1:
+            ids = blocks[0]
+        else:
+            ids = np.concatenate(blocks)
+            ids.sort()
+            distinct = np.ones(len(ids), dtype=bool)
+            distinct[1:] = ids[1:] != ids[:-1]
+            ids = ids[distinct]
+            if len(ids) > most:
+                return None
+        probs = self.probs(ids, rows)
+        scale = 1.0
+        for j in range(len(rows), 0, -1):  # as in probs(): the same products, bit for bit
+            scale *= float(self.gamma[j - 1][rows[j - 1]])
+        return Continuations(ids, probs, np.lexsort((ids, -probs)), scale)
+
+    def best_of(self, known: Continuations, lo: int, hi: int, n: int,
+                exclude: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """As :meth:`best`, for the history whose :meth:`continuations` are ``known``: the
+        same answer with a few vectorised operations a query, for the queries of ``wc``
+        that share a history (the next word, then each prefix of it)."""
+        ids, probs = known.ids, known.probs
+        if lo == 1 and hi == self.base:
+            order = known.order
+            unigrams = self.rank[0]
+        else:
+            a, b = int(ids.searchsorted(lo)), int(ids.searchsorted(hi))
+            ids, probs = ids[a:b], probs[a:b]
+            order = np.lexsort((ids, -probs))
+            unigrams = lo + np.argsort(-self.prob[0][lo:hi], kind="stable")
+        excluded = [] if exclude is None or not len(exclude) else [exclude]
+        top = _first_absent(order, n, excluded, of=ids)
+        kept = _first_absent(unigrams, n, [known.ids, *excluded])
+        p = np.concatenate((probs[top], known.scale * self.prob[0][kept]))
+        ids = np.concatenate((ids[top], kept))
+        top = np.lexsort((ids, -p))[:n]
+        return p[top], ids[top]
+
     def _level(self, j: int, rows: Sequence[int], lo: int,
                hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(rows in decreasing probability, their ids, the table's probabilities)`` of
@@ -308,6 +404,35 @@ class NgramTables:
 
 
 # Training ----------------------------------------------------------------------------------
+
+def _first_absent(items: np.ndarray, n: int, excluded: list[np.ndarray],
+                  of: np.ndarray | None = None) -> np.ndarray:
+    """The first ``n`` of ``items`` (or of positions in ``of``) whose ids are in none of
+    ``excluded`` (sorted id arrays), read in growing chunks: most stop at the first."""
+    if not excluded:
+        return items[:n]
+    found: list[np.ndarray] = []
+    taken, start, size = 0, 0, max(32, 2 * n)
+    while taken < n and start < len(items):
+        chunk = items[start:start + size]
+        ids = chunk if of is None else of[chunk]
+        keep = _absent(ids, excluded[0])
+        for other in excluded[1:]:
+            keep &= _absent(ids, other)
+        found.append(chunk[keep][:n - taken])
+        taken += len(found[-1])
+        start += size
+        size *= 4
+    return np.concatenate(found) if found else items[:0]
+
+
+def _absent(ids: np.ndarray, sorted_ids: np.ndarray) -> np.ndarray:
+    """Mask of ``ids`` not in ``sorted_ids`` (int arrays; the second sorted)."""
+    if not len(sorted_ids):
+        return np.ones(len(ids), dtype=bool)
+    pos = np.minimum(sorted_ids.searchsorted(ids), len(sorted_ids) - 1)
+    return sorted_ids[pos] != ids
+
 
 def _row_codes(rows: np.ndarray, base: int) -> np.ndarray:
     """Dense int64 codes of the rows of ``rows`` (N, k) that preserve lexicographic order."""
@@ -848,10 +973,12 @@ class NgramModel(Model):
         self._tokenizer = word_tokenizer() if self.tables.unit == "word" else None
         self._head: tuple[str, list[str]] | None = None
         self._anchor: _Anchor | None = None
-        self._cached: tuple[np.ndarray, np.ndarray, list[tuple[str, int]]] | None = None
+        self._cached: _CacheView | None = None
         # history ids -> table rows; (history ids, prefix) -> predictions, until train/clear
         self._rows_of = functools.lru_cache(maxsize=ROWS_MEMO)(self.tables.history_rows)
         self._top_of = functools.lru_cache(maxsize=TOP_MEMO)(self._top)
+        self._continuations_of = functools.lru_cache(maxsize=CONTINUATIONS_MEMO)(
+            self._continuations)
 
     # -- the API
     def predict(self, context: str, candidates: Sequence[str] | None) -> Result:
@@ -1004,7 +1131,9 @@ class NgramModel(Model):
         """The ``top`` best completions of ``prefix`` after the history of ``ids``
         (:meth:`_history_ids`).
 
-        Without a cache: :meth:`NgramTables.best`.  With one, the best static words that
+        Without a cache: :meth:`NgramTables.best_of` the history's continuations (kept for
+        the next prefix of the same history), or :meth:`NgramTables.best` where there are
+        more than :data:`CONTINUATIONS_MOST` of them.  With one, the best static words that
         are not cached, the best cached vocabulary words (scored exactly, vectorised) and
         the cached words outside the vocabulary (scored by the cache alone) are merged.
         """
@@ -1013,44 +1142,84 @@ class NgramModel(Model):
         tables = self.tables
         vocab = tables.vocab
         rows = self._rows_of(ids)
+        known = self._continuations_of(ids)
         lo, hi = tables.prefix_range(prefix)
         cut = len(prefix)
         mu = self.cache.mu
-        if not mu:
-            probs, ids = tables.best(rows, lo, hi, self.top)
+        view = self._cache_view() if mu else None
+        exclude = view.ids if view is not None else None
+        if known is None:
+            probs, ids = tables.best(rows, lo, hi, self.top, exclude=exclude)
+        else:
+            probs, ids = tables.best_of(known, lo, hi, self.top, exclude=exclude)
+        if view is None:
             return [(vocab[i][cut:], math.log(p)) for p, i in zip(probs.tolist(), ids.tolist())]
-        cached_ids, cached_counts, outside = self._cache_view()
-        probs, ids = tables.best(rows, lo, hi, self.top, exclude=cached_ids)
         found = [((1 - mu) * p, vocab[i]) for p, i in zip(probs.tolist(), ids.tolist())]
-        in_range = (cached_ids >= lo) & (cached_ids < hi)
+        in_range = (view.ids >= lo) & (view.ids < hi)
         if in_range.any():
-            wids = cached_ids[in_range]
+            wids = view.ids[in_range]
             mixed = ((1 - mu) * tables.probs(wids, rows)
-                     + mu * cached_counts[in_range] / self.cache.total)
+                     + mu * view.counts[in_range] / self.cache.total)
             best = np.lexsort((wids, -mixed))[:self.top]
             found.extend(zip(mixed[best].tolist(), (vocab[i] for i in wids[best].tolist())))
+        found.extend((mu * count / self.cache.total, word)
+                     for word, count in view.best_outside(prefix, self.top))
         found.sort(key=lambda item: (-item[0], item[1]))
         del found[self.top:]
-        for word, count in outside:  # by decreasing count
-            p = mu * count / self.cache.total
-            if len(found) >= self.top and p < found[-1][0]:
-                break
-            if len(word) > cut and word.startswith(prefix):
-                bisect.insort(found, (p, word), key=lambda item: (-item[0], item[1]))
-                del found[self.top:]
         return [(word[cut:], math.log(p)) for p, word in found]
 
-    def _cache_view(self) -> tuple[np.ndarray, np.ndarray, list[tuple[str, int]]]:
-        """The cache as (sorted vocabulary ids, their counts, [(word outside the
-        vocabulary, count)] by decreasing count then word), rebuilt after ``train``."""
+    def _continuations(self, ids: tuple[int, ...]) -> Continuations | None:
+        """:meth:`NgramTables.continuations` of the history of ``ids`` (None: too many)."""
+        return self.tables.continuations(self._rows_of(ids), CONTINUATIONS_MOST)
+
+    def _cache_view(self) -> _CacheView:
+        """The cache as :meth:`_top` reads it, rebuilt after ``train``."""
         if self._cached is None:
             index = self.tables.index
             inside = sorted((index[w], c) for w, c in self.cache.counts.items() if w in index)
-            outside = sorted(((w, c) for w, c in self.cache.counts.items() if w not in index),
-                             key=lambda item: (-item[1], item[0]))
-            self._cached = (np.array([i for i, _ in inside], dtype=np.int64),
-                            np.array([c for _, c in inside], dtype=np.float64), outside)
+            outside = sorted((w, c) for w, c in self.cache.counts.items() if w not in index)
+            self._cached = _CacheView(
+                np.array([i for i, _ in inside], dtype=np.int64),
+                np.array([c for _, c in inside], dtype=np.float64),
+                [w for w, _ in outside], [c for _, c in outside],
+                sorted(outside, key=_by_count))
         return self._cached
+
+
+def _by_count(item: tuple[str, int]) -> tuple[int, str]:
+    return -item[1], item[0]
+
+
+@dataclass(frozen=True, slots=True)
+class _CacheView:
+    """A user cache as :meth:`NgramModel._top` reads it.
+
+    Attributes:
+        ids: int64, sorted: the ids of the cached units that are in the vocabulary.
+        counts: float64: their counts in the cache.
+        outside: the cached units outside the vocabulary, sorted (those that extend a
+            prefix are one range of it).
+        outside_counts: their counts, in the same order.
+        by_count: ``(unit, count)`` of the same, by decreasing count then unit.
+    """
+
+    ids: np.ndarray
+    counts: np.ndarray
+    outside: list[str]
+    outside_counts: list[int]
+    by_count: list[tuple[str, int]]
+
+    def best_outside(self, prefix: str, n: int) -> list[tuple[str, int]]:
+        """``(unit, count)`` of the ``n`` most frequent cached units outside the vocabulary
+        that extend ``prefix`` (strictly longer), ties by unit: a range of :attr:`outside`
+        found by bisection (QA: ``wc --train`` on a corpus of words the model did not know
+        spent half its time comparing each prefix with every such unit)."""
+        if not prefix:
+            return self.by_count[:n]
+        lo = bisect.bisect_right(self.outside, prefix)
+        hi = bisect.bisect_left(self.outside, prefix + "\U0010ffff", lo=lo)
+        return heapq.nsmallest(n, zip(self.outside[lo:hi], self.outside_counts[lo:hi]),
+                               key=_by_count)
 
 
 def corpus_units(path: str, unit: str, fmt: str = "auto") -> Iterator[list[str]]:
