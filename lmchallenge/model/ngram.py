@@ -135,14 +135,12 @@ class Continuations:
     Attributes:
         ids: int64, sorted, distinct: the ids that some suffix of the history continues.
         probs: float64, ``P(id | history)`` of each (as :meth:`NgramTables.probs`).
-        order: positions in ``ids`` by decreasing probability, ties by id.
         scale: ``P(w | history) = scale * P_1(w)`` for every other id ``w`` (the product of
             the history's interpolation weights).
     """
 
     ids: np.ndarray
     probs: np.ndarray
-    order: np.ndarray
     scale: float
 
 
@@ -324,38 +322,52 @@ class NgramTables:
         best ``n`` continuations in it and the best ``n`` of the unigram order in it that are
         not continuations (:meth:`best_of`).
 
+        The shortest suffix's continuations are read as they are stored (a block of rows
+        sorted by id, with their probabilities), and the longer suffixes' written over
+        them: an n-gram's suffix is an n-gram of the model too, so they are among them
+        (where one is not, the ids are merged and scored by :meth:`probs`).
+
         Args:
             rows: from :meth:`history_rows`.
             most: the largest number of continuations worth computing at once (a common
                 history of a large model continues with most of its vocabulary).
         """
         base = self.base
-        blocks = []
+        blocks = []         # (order - 1, first row, end row), the longest suffix first
+        scales = []         # the weight of each suffix's own probabilities, as probs() has it
+        scale = 1.0
         for j in range(len(rows), 0, -1):
             keys = self.keys[j]
-            h = rows[j - 1]
-            start = int(keys.searchsorted(h * base))
-            end = int(keys.searchsorted((h + 1) * base))
+            h = rows[j - 1] * base
+            start, end = int(keys.searchsorted(h)), int(keys.searchsorted(h + base))
             if end - start > most:
                 return None
-            blocks.append(keys[start:end] - h * base)
-        if not blocks:
-            ids = np.zeros(0, dtype=np.int64)
-        elif len(blocks) == 1:
-            ids = blocks[0]
-        else:
-            ids = np.concatenate(blocks)
-            ids.sort()
-            distinct = np.ones(len(ids), dtype=bool)
-            distinct[1:] = ids[1:] != ids[:-1]
-            ids = ids[distinct]
-            if len(ids) > most:
-                return None
-        probs = self.probs(ids, rows)
-        scale = 1.0
-        for j in range(len(rows), 0, -1):  # as in probs(): the same products, bit for bit
+            blocks.append((j, start, end))
+            scales.append(scale)
             scale *= float(self.gamma[j - 1][rows[j - 1]])
-        return Continuations(ids, probs, np.lexsort((ids, -probs)), scale)
+        if not blocks:
+            return Continuations(np.zeros(0, dtype=np.int64), np.zeros(0), scale)
+        j, start, end = blocks[-1]
+        ids = self.keys[j][start:end] % base
+        probs = scales[-1] * self.prob[j][start:end]
+        for (j, start, end), weight in zip(blocks[-2::-1], scales[-2::-1]):
+            longer = self.keys[j][start:end] % base
+            at = np.minimum(ids.searchsorted(longer), max(len(ids) - 1, 0))
+            if not len(ids) or (ids[at] != longer).any():
+                return self._merged(rows, [self.keys[j][s:e] % base for j, s, e in blocks],
+                                    scale)
+            probs[at] = weight * self.prob[j][start:end]
+        return Continuations(ids, probs, scale)
+
+    def _merged(self, rows: Sequence[int], blocks: list[np.ndarray],
+                scale: float) -> Continuations:
+        """:meth:`continuations` from the union of the suffixes' continuations."""
+        ids = np.concatenate(blocks)
+        ids.sort()
+        distinct = np.ones(len(ids), dtype=bool)
+        distinct[1:] = ids[1:] != ids[:-1]
+        ids = ids[distinct]
+        return Continuations(ids, self.probs(ids, rows), scale)
 
     def best_of(self, known: Continuations, lo: int, hi: int, n: int,
                 exclude: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -363,17 +375,19 @@ class NgramTables:
         same answer with a few vectorised operations a query, for the queries of ``wc``
         that share a history (the next word, then each prefix of it)."""
         ids, probs = known.ids, known.probs
+        excluded = [] if exclude is None or not len(exclude) else [exclude]
         if lo == 1 and hi == self.base:
-            order = known.order
-            unigrams = self.rank[0]
+            top = _best_positions(ids, probs, n, _absent(ids, exclude) if excluded else None)
+            kept = _first_absent(self.rank[0], n, [ids, *excluded])
         else:
             a, b = int(ids.searchsorted(lo)), int(ids.searchsorted(hi))
             ids, probs = ids[a:b], probs[a:b]
-            order = np.lexsort((ids, -probs))
-            unigrams = lo + np.argsort(-self.prob[0][lo:hi], kind="stable")
-        excluded = [] if exclude is None or not len(exclude) else [exclude]
-        top = _first_absent(order, n, excluded, of=ids)
-        kept = _first_absent(unigrams, n, [known.ids, *excluded])
+            top = _best_positions(ids, probs, n, _absent(ids, exclude) if excluded else None)
+            units = np.arange(lo, hi)
+            keep = _absent(units, known.ids)
+            if excluded:
+                keep &= _absent(units, exclude)
+            kept = lo + _best_positions(units, self.prob[0][lo:hi], n, keep)
         p = np.concatenate((probs[top], known.scale * self.prob[0][kept]))
         ids = np.concatenate((ids[top], kept))
         top = np.lexsort((ids, -p))[:n]
@@ -405,20 +419,33 @@ class NgramTables:
 
 # Training ----------------------------------------------------------------------------------
 
-def _first_absent(items: np.ndarray, n: int, excluded: list[np.ndarray],
-                  of: np.ndarray | None = None) -> np.ndarray:
-    """The first ``n`` of ``items`` (or of positions in ``of``) whose ids are in none of
-    ``excluded`` (sorted id arrays), read in growing chunks: most stop at the first."""
-    if not excluded:
-        return items[:n]
+def _best_positions(ids: np.ndarray, probs: np.ndarray, n: int,
+                    keep: np.ndarray | None = None) -> np.ndarray:
+    """Positions of the ``n`` highest ``probs`` (ties by lower id) among those ``keep``
+    marks (all if ``None``): those at or above the n-th highest (a partition, linear), then
+    sorted, so that a history with thousands of continuations is not sorted whole."""
+    if keep is None:
+        if len(ids) <= 4 * n:
+            return np.lexsort((ids, -probs))[:n]
+        at = np.flatnonzero(probs >= np.partition(probs, len(probs) - n)[len(probs) - n])
+    else:
+        at = np.flatnonzero(keep)
+        if len(at) > 4 * n:
+            p = probs[at]
+            at = at[p >= np.partition(p, len(p) - n)[len(p) - n]]
+    return at[np.lexsort((ids[at], -probs[at]))][:n]
+
+
+def _first_absent(items: np.ndarray, n: int, excluded: list[np.ndarray]) -> np.ndarray:
+    """The first ``n`` of ``items`` (ids) that are in none of ``excluded`` (sorted id
+    arrays), read in growing chunks: most stop at the first."""
     found: list[np.ndarray] = []
     taken, start, size = 0, 0, max(32, 2 * n)
     while taken < n and start < len(items):
         chunk = items[start:start + size]
-        ids = chunk if of is None else of[chunk]
-        keep = _absent(ids, excluded[0])
+        keep = _absent(chunk, excluded[0])
         for other in excluded[1:]:
-            keep &= _absent(ids, other)
+            keep &= _absent(chunk, other)
         found.append(chunk[keep][:n - taken])
         taken += len(found[-1])
         start += size
