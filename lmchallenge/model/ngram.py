@@ -324,8 +324,8 @@ class NgramTables:
 
         The shortest suffix's continuations are read as they are stored (a block of rows
         sorted by id, with their probabilities), and the longer suffixes' written over
-        them: an n-gram's suffix is an n-gram of the model too, so they are among them
-        (where one is not, the ids are merged and scored by :meth:`probs`).
+        them: the suffix of an n-gram that :func:`train_tables` counted is counted too, so
+        they are among them (tables where one is not give ``None``, as if too many).
 
         Args:
             rows: from :meth:`history_rows`.
@@ -353,21 +353,10 @@ class NgramTables:
         for (j, start, end), weight in zip(blocks[-2::-1], scales[-2::-1]):
             longer = self.keys[j][start:end] % base
             at = np.minimum(ids.searchsorted(longer), max(len(ids) - 1, 0))
-            if not len(ids) or (ids[at] != longer).any():
-                return self._merged(rows, [self.keys[j][s:e] % base for j, s, e in blocks],
-                                    scale)
+            if len(longer) and (not len(ids) or (ids[at] != longer).any()):
+                return None
             probs[at] = weight * self.prob[j][start:end]
         return Continuations(ids, probs, scale)
-
-    def _merged(self, rows: Sequence[int], blocks: list[np.ndarray],
-                scale: float) -> Continuations:
-        """:meth:`continuations` from the union of the suffixes' continuations."""
-        ids = np.concatenate(blocks)
-        ids.sort()
-        distinct = np.ones(len(ids), dtype=bool)
-        distinct[1:] = ids[1:] != ids[:-1]
-        ids = ids[distinct]
-        return Continuations(ids, self.probs(ids, rows), scale)
 
     def best_of(self, known: Continuations, lo: int, hi: int, n: int,
                 exclude: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -1196,7 +1185,8 @@ class NgramModel(Model):
         return [(word[cut:], math.log(p)) for p, word in found]
 
     def _continuations(self, ids: tuple[int, ...]) -> Continuations | None:
-        """:meth:`NgramTables.continuations` of the history of ``ids`` (None: too many)."""
+        """:meth:`NgramTables.continuations` of the history of ``ids`` (``None``: too many,
+        and :meth:`NgramTables.best` answers)."""
         return self.tables.continuations(self._rows_of(ids), CONTINUATIONS_MOST)
 
     def _cache_view(self) -> _CacheView:
