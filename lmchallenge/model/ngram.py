@@ -333,7 +333,7 @@ class NgramTables:
                 history of a large model continues with most of its vocabulary).
         """
         base = self.base
-        blocks = []         # (order - 1, first row, end row), the longest suffix first
+        blocks = []         # (suffix length, first row, end row), the longest first
         scales = []         # the weight of each suffix's own probabilities, as probs() has it
         scale = 1.0
         for j in range(len(rows), 0, -1):
@@ -406,8 +406,6 @@ class NgramTables:
         return order, keys[order] % base, probs
 
 
-# Training ----------------------------------------------------------------------------------
-
 def _best_positions(ids: np.ndarray, probs: np.ndarray, n: int,
                     keep: np.ndarray | None = None) -> np.ndarray:
     """Positions of the ``n`` highest ``probs`` (ties by lower id) among those ``keep``
@@ -449,6 +447,8 @@ def _absent(ids: np.ndarray, sorted_ids: np.ndarray) -> np.ndarray:
     pos = np.minimum(sorted_ids.searchsorted(ids), len(sorted_ids) - 1)
     return sorted_ids[pos] != ids
 
+
+# Training ----------------------------------------------------------------------------------
 
 def _row_codes(rows: np.ndarray, base: int) -> np.ndarray:
     """Dense int64 codes of the rows of ``rows`` (N, k) that preserve lexicographic order."""
@@ -1147,11 +1147,12 @@ class NgramModel(Model):
         """The ``top`` best completions of ``prefix`` after the history of ``ids``
         (:meth:`_history_ids`).
 
-        Without a cache: :meth:`NgramTables.best_of` the history's continuations (kept for
-        the next prefix of the same history), or :meth:`NgramTables.best` where there are
-        more than :data:`CONTINUATIONS_MOST` of them.  With one, the best static words that
-        are not cached, the best cached vocabulary words (scored exactly, vectorised) and
-        the cached words outside the vocabulary (scored by the cache alone) are merged.
+        The best static words: :meth:`NgramTables.best_of` the history's continuations
+        (kept for the next prefix of the same history), or :meth:`NgramTables.best` where
+        there are more than :data:`CONTINUATIONS_MOST` of them.  With a cache, the best
+        static words that are not cached, the best cached vocabulary words (scored exactly,
+        vectorised) and the best cached words outside the vocabulary (scored by the cache
+        alone) are merged.
         """
         if self.top <= 0:
             return []
