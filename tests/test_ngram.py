@@ -440,6 +440,30 @@ def test_cache_makes_a_new_word_scorable_and_predictable(model):
     assert model.predict("And ", ["Jesus"]) == []
 
 
+def test_the_cache_as_completions_read_it_is_kept_in_step_with_train(model, kjv_lines):
+    """The user cache's view for completions, updated a message at a time, equals one made
+    from the whole cache, whether made before the messages or after (units in and outside
+    the vocabulary, new and seen again), and is made again after clear."""
+    model.predict("And the ", None)         # no cache yet: no view
+    model.train(kjv_lines[5])
+    model.predict("And the L", None)        # the view made, then kept in step
+    for line in kjv_lines[200:260] + ["Lol Lollard Lolly Lolly Lxx", "Lolly Lzz Lol-cat Lol"]:
+        model.train(line)
+    fresh = ngram._CacheView()
+    fresh.add(model.cache.counts, model.tables.index)
+    kept = model._cache_view()
+    assert kept.ids.tolist() == fresh.ids.tolist() and len(kept.ids) > 300
+    assert kept.counts.tolist() == fresh.counts.tolist()
+    assert kept.outside == fresh.outside == sorted(set(kept.outside)) and len(kept.outside) >= 6
+    assert kept.outside_counts == fresh.outside_counts
+    assert kept.by_count == fresh.by_count == sorted(kept.by_count)
+    assert dict(zip(kept.outside, kept.outside_counts))["Lolly"] == 3
+    assert kept.best_outside("", 2) == [("Lolly", 3), ("Lol", 2)]
+    assert kept.best_outside("Lol", 3) == [("Lolly", 3), ("Lol-cat", 1), ("Lollard", 1)]
+    model.clear()
+    assert model._cache_view().outside == [] and not len(model._cache_view().ids)
+
+
 def test_cached_top_n_equals_brute_force(model, kjv_lines):
     for line in kjv_lines[100:140]:
         model.train(line)
@@ -463,7 +487,7 @@ def test_cached_top_n_equals_brute_force(model, kjv_lines):
 def test_the_best_from_a_history_s_continuations_equal_a_full_scan(tables, request, kjv_lines):
     """best_of (the continuations of a history, kept for its prefixes) and best (the best of
     each suffix's continuations) give the same ids and the same floats as scoring every
-    unit of the range, ties by id, with and without units excluded (the user cache's)."""
+    unit of the range, ties by id."""
     tables = request.getfixturevalue(tables)
     tokens = words if tables.unit == "word" else list
     vocab = tables.vocab
@@ -478,7 +502,6 @@ def test_the_best_from_a_history_s_continuations_equal_a_full_scan(tables, reque
             histories.add(tuple(history))
     ranges = [(1, tables.base)] + [tables.prefix_range(vocab[i][:k]) for i in
                                    rng.sample(range(1, tables.base), 40) for k in (1, 2, 3)]
-    exclude = np.array(sorted(rng.sample(range(1, tables.base), 60)), dtype=np.int64)
     used = 0
     for history in sorted(histories):
         rows = tables.history_rows(history)
@@ -486,14 +509,12 @@ def test_the_best_from_a_history_s_continuations_equal_a_full_scan(tables, reque
         assert (tables.continuations(rows, most=0) is None) == bool(len(known.ids))
         used += len(known.ids) > 0
         for lo, hi in rng.sample(ranges, 5):
-            for n, without in ((20, None), (5, exclude), (3 * tables.base, None)):
+            for n in (20, 5, 3 * tables.base):
                 ids = np.arange(lo, hi)
-                if without is not None:
-                    ids = ids[~np.isin(ids, without)]
                 p = tables.probs(ids, rows)
                 top = np.lexsort((ids, -p))[:n]
-                for got_p, got_ids in (tables.best_of(known, lo, hi, n, exclude=without),
-                                       tables.best(rows, lo, hi, n, exclude=without)):
+                for got_p, got_ids in (tables.best_of(known, lo, hi, n),
+                                       tables.best(rows, lo, hi, n)):
                     assert got_ids.tolist() == ids[top].tolist()
                     assert got_p.tolist() == p[top].tolist()
     assert used > 50
