@@ -103,7 +103,8 @@ lines."""
 TOP_MEMO = 1 << 13
 """(history, prefix) pairs whose predictions an :class:`NgramModel` remembers until its cache
 changes, the most recently used (about 20 MB with 20 predictions each): of ``wc``'s prediction
-queries on 1,000 KJV lines, 37% repeat a pair."""
+queries on 1,000 KJV lines, 37% repeat a pair.  As many static model's best (ids and
+probabilities, about 6 MB) are kept across ``train``, for a model with a user cache."""
 CONTINUATIONS_MEMO = 256
 """Histories (as vocabulary ids) whose :class:`Continuations` an :class:`NgramModel` keeps for
 its next-word predictions and completions, the most recently used: ``wc`` asks for the next
