@@ -73,7 +73,7 @@ import math
 import os
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -225,12 +225,7 @@ class NgramTables:
         k-1 table) pairs)."""
         keep = np.ones(len(ids), dtype=bool)
         for k, row in histories:
-            keys = self.keys[k - 1]
-            if not len(keys):      # no n-gram of order k (no training line that long)
-                continue
-            wanted = row * self.base + ids
-            pos = np.minimum(keys.searchsorted(wanted), len(keys) - 1)
-            keep &= keys[pos] != wanted
+            keep &= _absent(row * self.base + ids, self.keys[k - 1])
         return keep
 
     def history_rows(self, history: Sequence[int]) -> list[int]:
@@ -302,21 +297,12 @@ class NgramTables:
         scale = 1.0
         for j in range(len(rows), -1, -1):
             order, ids, probs = self._level(j, rows, lo, hi)
-            taken, start, size = 0, 0, max(32, 2 * n)
-            while taken < n and start < len(order):  # in growing chunks: most stop at one
-                chunk_ids = ids[start:start + size]
-                keep = self._not_continued(chunk_ids, longer)
-                kept = np.flatnonzero(keep)[:n - taken]
-                found_p.append(scale * probs[order[start + kept]])
-                found_id.append(chunk_ids[kept])
-                taken += len(kept)
-                start += size
-                size *= 4
+            kept = _first_kept(ids, n, lambda chunk: self._not_continued(chunk, longer))
+            found_p.append(scale * probs[order[kept]])
+            found_id.append(ids[kept])
             if j:
                 longer.append((j + 1, rows[j - 1]))
                 scale *= float(self.gamma[j - 1][rows[j - 1]])
-        if not found_p:
-            return np.zeros(0), np.zeros(0, dtype=np.int64)
         p = np.concatenate(found_p)
         ids = np.concatenate(found_id)
         top = np.lexsort((ids, -p))[:n]
@@ -342,29 +328,26 @@ class NgramTables:
                 history of a large model continues with most of its vocabulary).
         """
         base = self.base
-        blocks = []         # (suffix length, first row, end row), the longest first
-        scales = []         # the weight of each suffix's own probabilities, as probs() has it
-        scale = 1.0
+        blocks = []     # (suffix length, first row, end row, the weight of its probabilities
+        scale = 1.0     # as probs() has it), the longest suffix first
         for j in range(len(rows), 0, -1):
             keys = self.keys[j]
             h = rows[j - 1] * base
             start, end = int(keys.searchsorted(h)), int(keys.searchsorted(h + base))
             if end - start > most:
                 return None
-            blocks.append((j, start, end))
-            scales.append(scale)
+            blocks.append((j, start, end, scale))
             scale *= float(self.gamma[j - 1][rows[j - 1]])
         if not blocks:
             return Continuations(np.zeros(0, dtype=np.int64), np.zeros(0), scale)
-        j, start, end = blocks[-1]
+        j, start, end, weight = blocks.pop()
         ids = self.keys[j][start:end] % base
-        probs = scales[-1] * self.prob[j][start:end]
-        for (j, start, end), weight in zip(blocks[-2::-1], scales[-2::-1]):
+        probs = weight * self.prob[j][start:end]
+        for j, start, end, weight in reversed(blocks):
             longer = self.keys[j][start:end] % base
-            at = np.minimum(ids.searchsorted(longer), max(len(ids) - 1, 0))
-            if len(longer) and (not len(ids) or (ids[at] != longer).any()):
+            if _absent(longer, ids).any():
                 return None
-            probs[at] = weight * self.prob[j][start:end]
+            probs[ids.searchsorted(longer)] = weight * self.prob[j][start:end]
         return Continuations(ids, probs, scale)
 
     def best_of(self, known: Continuations, lo: int, hi: int,
@@ -375,7 +358,7 @@ class NgramTables:
         ids, probs = known.ids, known.probs
         if lo == 1 and hi == self.base:
             top = _best_positions(ids, probs, n)
-            kept = _first_absent(self.rank[0], n, ids)
+            kept = self.rank[0][_first_kept(self.rank[0], n, lambda chunk: _absent(chunk, ids))]
         else:
             a, b = int(ids.searchsorted(lo)), int(ids.searchsorted(hi))
             ids, probs = ids[a:b], probs[a:b]
@@ -417,30 +400,27 @@ def _best_positions(ids: np.ndarray, probs: np.ndarray, n: int,
     """Positions of the ``n`` highest ``probs`` (ties by lower id) among those ``keep``
     marks (all if ``None``): those at or above the n-th highest (a partition, linear), then
     sorted, so that a history with thousands of continuations is not sorted whole."""
-    if keep is None:
-        if len(ids) <= 4 * n:
-            return np.lexsort((ids, -probs))[:n]
-        at = np.flatnonzero(probs >= np.partition(probs, len(probs) - n)[len(probs) - n])
-    else:
-        at = np.flatnonzero(keep)
-        if len(at) > 4 * n:
-            p = probs[at]
-            at = at[p >= np.partition(p, len(p) - n)[len(p) - n]]
+    if keep is None and len(ids) <= 4 * n:     # few: sorted whole
+        return np.lexsort((ids, -probs))[:n]
+    at = np.arange(len(ids)) if keep is None else np.flatnonzero(keep)
+    if len(at) > 4 * n:
+        p = probs[at]
+        at = at[p >= np.partition(p, len(p) - n)[len(p) - n]]
     return at[np.lexsort((ids[at], -probs[at]))][:n]
 
 
-def _first_absent(items: np.ndarray, n: int, excluded: np.ndarray) -> np.ndarray:
-    """The first ``n`` of ``items`` (ids) that are not in ``excluded`` (sorted ids), read
-    in growing chunks: most stop at the first."""
-    found: list[np.ndarray] = []
+def _first_kept(items: np.ndarray, n: int,
+                keep: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """Positions of the first ``n`` of ``items`` that ``keep`` (a mask of a slice of them)
+    keeps, read in growing chunks: most stop at the first."""
+    found = [np.zeros(0, dtype=np.int64)]
     taken, start, size = 0, 0, max(32, 2 * n)
     while taken < n and start < len(items):
-        chunk = items[start:start + size]
-        found.append(chunk[_absent(chunk, excluded)][:n - taken])
+        found.append(start + np.flatnonzero(keep(items[start:start + size]))[:n - taken])
         taken += len(found[-1])
         start += size
         size *= 4
-    return np.concatenate(found) if found else items[:0]
+    return np.concatenate(found)
 
 
 def _absent(ids: np.ndarray, sorted_ids: np.ndarray) -> np.ndarray:
@@ -1164,9 +1144,9 @@ class NgramModel(Model):
         tables = self.tables
         vocab = tables.vocab
         cut = len(prefix)
-        probs, found_ids = self._static_of(ids, prefix) if cut <= TOP_MEMO_PREFIX \
+        mu = self.cache.mu   # without a cache, _top_of keeps the answer: _static_of need not
+        probs, found_ids = self._static_of(ids, prefix) if mu and cut <= TOP_MEMO_PREFIX \
             else self._static(ids, prefix)
-        mu = self.cache.mu
         if not mu:
             return [(vocab[i][cut:], math.log(p))
                     for p, i in zip(probs.tolist(), found_ids.tolist())]
