@@ -613,6 +613,10 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
                                         manifest)
     entries = manifest["partitions"]
     tokens = sum(p.get("rows") or 0 for p in entries if p["state"] == "done")
+    if stats is not None and tokens == 0:   # said, as lmc run says it (QA: said nothing)
+        LOG.warning("%s: %s: the log is empty", job.input, "it holds no message"
+                    if scanned.messages == 0 else
+                    f"none of its {scanned.messages:,} messages has a token to evaluate")
     # rows as the run ends: a part file in place that the manifest had not recorded yet (an
     # interrupted run) has its rows from the worker that read it back (QA: counted as 0, so
     # the summary gave its tokens to this invocation's rate); one whose file turned out

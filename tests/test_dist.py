@@ -768,6 +768,23 @@ def test_bad_corpus_stops_before_any_model(tmp_path):
     assert not list((tmp_path / "run").glob("part-*"))
 
 
+def test_a_corpus_without_a_token_is_said_to_give_an_empty_log(tmp_path):
+    """As lmc run says it (QA: lmc-dist gave its zero statistics in silence, as if the model
+    had been evaluated); the run is complete, exit 0, as lmc run's."""
+    empty, blank = tmp_path / "empty.txt", tmp_path / "blank.txt"
+    empty.write_bytes(b"")
+    blank.write_bytes(b"\n  \n\t\n")
+    for corpus, said in ((empty, "it holds no message"),
+                         (blank, "none of its 3 messages has a token to evaluate")):
+        run_dir = tmp_path / f"run-{corpus.stem}"
+        result = lmc_dist(["run", toy_model_command(), "we", "--input", str(corpus),
+                           "--run-dir", str(run_dir), "--workers", "1"])
+        lines = result.stderr.decode().splitlines()
+        assert lines[0] == f"WARNING\t{corpus}: {said}: the log is empty"
+        assert lines[1].startswith("lmc-dist: 0 tokens in ")
+        assert json.loads((run_dir / "_stats.json").read_text())["users"] == 0
+
+
 def integer_users(commits: Path, path: Path, rows: int = 150, string_from: int | None = None) -> Path:
     """The first ``rows`` rows of ``commits`` with users numbered (as strings from row
     ``string_from`` on)."""
