@@ -171,11 +171,16 @@ def test_text_markdown_csv_and_html_outputs():
     args = ("--resamples", "200", base, log)
     text = run_lmc("compare", *args).stdout.decode()
     lines = text.splitlines()
-    assert lines[0].split()[:2] == ["log", "entropy.hit"]
-    assert "entropy.mean (nats per word)" in lines[0]
-    assert lines[1].startswith(f"{base} (baseline)") and lines[2].startswith(log)
-    assert "Δ" in lines[2] and "p=" in lines[2]
-    assert any(line.startswith(f"{base}: entropy.bits ") and "entropy.perplexity" in line for line in lines)
+    # a block per figure, a line per log (QA: a row per log was 600 columns wide for wc)
+    value, delta = r"\d\.\d{4} \[\d\.\d{4}, \d\.\d{4}\]", r"Δ [+-]\d\.\d{4} \[-?\d\.\d{4}, -?\d\.\d{4}\] p=[\d.e-]+"
+    pad = " " * len(" (baseline)")
+    for first, figure in ((0, "entropy.hit"), (3, "entropy.mean (nats per word)")):
+        assert lines[first] == figure
+        assert re.fullmatch(rf"  {re.escape(base)} \(baseline\)  {value}", lines[first + 1])
+        assert re.fullmatch(rf"  {re.escape(log)}{pad}  {value} {delta}", lines[first + 2])
+    assert lines[6] == ""
+    assert lines[7].startswith(f"{base}: entropy.bits ") and "entropy.perplexity" in lines[7]
+    assert lines[-1].startswith("0.95 percentile bootstrap intervals over users")
     markdown = run_lmc("compare", "-o", "markdown", *args).stdout.decode().splitlines()
     assert markdown[0].startswith("| log | entropy.hit | entropy.mean (nats per word) |")
     assert markdown[1] == "|---|---|---|"
@@ -239,9 +244,10 @@ def test_a_baseline_without_a_figure_of_the_logs_shows_it_as_zero(tmp_path):
     result = run_lmc("compare", "--resamples", "400", str(nothing), str(log))
     assert result.stderr.decode().startswith("WARNING\tonly ")
     lines = result.stdout.decode().splitlines()
-    header, base_row = lines[0], lines[1]
-    assert "prediction.mrr" in header and base_row.startswith(f"{nothing} (baseline)")
-    assert "-" not in base_row[len(f"{nothing} (baseline)"):].split()
+    base_rows = [line for line in lines if line.startswith(f"  {nothing} (baseline)")]
+    assert len(base_rows) == 9 and "prediction.mrr" in lines     # every figure of wc
+    for base_row in base_rows:
+        assert "-" not in base_row[len(f"  {nothing} (baseline)"):].split()
     [row] = compare_json(str(nothing), str(log))
     mrr = row["metrics"]["prediction.mrr"]
     assert mrr["baseline"] == 0 and mrr["baseline_ci"] == [0, 0]
@@ -280,9 +286,9 @@ def test_one_user_has_no_interval_nor_p_value(tmp_path):
         assert mean["delta"] == pytest.approx(-0.0014)
         assert (mean["ci"], mean["p"], mean["value_ci"], mean["baseline_ci"]) == ([None] * 2, None, [None] * 2, [None] * 2)
     text = run_lmc("compare", str(base), str(log))
-    [row] = [line for line in text.stdout.decode().splitlines() if line.startswith(f"{log} ")]
-    assert row[len(str(log)):].strip() == ("1.0000 [-, -] Δ +0.0000 [-, -] p=-  "
-                                            "1.3986 [-, -] Δ -0.0014 [-, -] p=-")
+    rows = [line for line in text.stdout.decode().splitlines() if line.startswith(f"  {log} ")]
+    assert [row[len(f"  {log}"):].strip() for row in rows] == [
+        "1.0000 [-, -] Δ +0.0000 [-, -] p=-", "1.3986 [-, -] Δ -0.0014 [-, -] p=-"]
     assert text.stderr.decode() == ("WARNING\tonly 1 user (or message) to resample: the bootstrap "
                                     "intervals are NaN (every resample's figure would be its own)\n")
     page = run_lmc("compare", "-o", "html", str(base), str(log)).stdout.decode()

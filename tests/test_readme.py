@@ -95,7 +95,7 @@ def test_walkthrough_shows_every_command():
     shown = {(argv[0], argv[1]) for argv in calls}
     for game in ("wc", "we", "ce", "wr"):
         assert any(argv[:2] == ["lmc", "run"] and game in argv for argv in calls), game
-    for command in ("stats", "validate", "pretty", "diff", "grep", "convert"):
+    for command in ("stats", "validate", "pretty", "diff", "grep", "convert", "compare"):
         assert ("lmc", command) in shown, command
     assert ("lmc-dist", "run") in shown and ("lmc-dist", "stats") in shown
     ngram = [argv for argv in calls if argv[:2] == ["lmc-ngram", "train"]]
@@ -145,3 +145,9 @@ def test_readme_commands_run(tmp_path):
     assert "<html" in (runs / "kjv.wr.html").read_text()[:200].lower()
     header = (runs / "kjv.stats.csv").read_text().splitlines()[0].split(",")
     assert "prediction.mrr" in header and "entropy.mean" in header
+    # docs/uncertainty.md shows lmc compare's output on the README's two word models
+    shown = re.search(r"\(`(lmc compare [^`]*)`\):\n\n```text\n(.*?)```",
+                      (REPO / "docs" / "uncertainty.md").read_text(), flags=re.S)
+    result = subprocess.run(shlex.split(shown.group(1)), cwd=tmp_path, capture_output=True,
+                            timeout=120, env=environment())
+    assert result.stdout.decode() == shown.group(2)

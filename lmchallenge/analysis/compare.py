@@ -13,8 +13,8 @@ scored); otherwise the entropy figures of that log carry a ``note`` saying why a
 difference.  Each ``wr`` log is scored under its own fitted mixture (see
 :mod:`lmchallenge.stats.bootstrap` on what its interval leaves out).
 
-Outputs (:data:`FORMATS`): ``text`` and ``markdown`` tables (models in rows, metrics in
-columns), ``csv`` (one row per log, columns ``METRIC.value``, ``.low``, ``.high``,
+Outputs (:data:`FORMATS`): ``text`` (a block per metric, a line per model in it),
+``markdown`` (a table: models in rows, metrics in columns), ``csv`` (one row per log, columns ``METRIC.value``, ``.low``, ``.high``,
 ``.delta``, ``.delta_low``, ``.delta_high``, ``.p``), ``json`` (one object per line per
 non-baseline log: ``{"log", "baseline", "metrics": {key: {"value", "baseline", "delta",
 "ci", "p", "value_ci", "baseline_ci"}}}``, ``ci`` being the interval of the delta; an
@@ -298,15 +298,18 @@ def _derived_lines(rows: Sequence[LogComparison]) -> list[str]:
 
 
 def to_text(rows: Sequence[LogComparison], settings: bootstrap.Settings, test: str) -> str:
-    """An aligned plain-text table."""
+    """A block per figure (its name and unit), one aligned line per log under it: as wide as
+    one log's figure whatever the number of figures (QA: a row per log, as ``markdown``
+    has it, was 600 columns wide for ``wc``'s nine figures, each line wrapped in a terminal)."""
     keys = _columns(rows)
     game = rows[0].game if rows else None
-    table = [["log", *(_header(k, game) for k in keys)]]
-    for i, row in enumerate(rows):
-        name = f"{row.log} (baseline)" if i == 0 else row.log
-        table.append([name, *(_cell(row.metrics.get(k), i == 0) for k in keys)])
-    widths = [max(len(r[c]) for r in table) for c in range(len(table[0]))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in table]
+    names = [f"{row.log} (baseline)" if i == 0 else row.log for i, row in enumerate(rows)]
+    width = max(map(len, names), default=0)
+    lines = []
+    for key in keys:
+        lines.append(_header(key, game))
+        lines += [f"  {name.ljust(width)}  {_cell(row.metrics.get(key), i == 0)}"
+                  for i, (name, row) in enumerate(zip(names, rows))]
     extra = _derived_lines(rows) + _notes(rows) + [_legend(settings, test)]
     return "\n".join(lines + [""] + extra) + "\n"
 
