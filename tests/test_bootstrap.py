@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from lmchallenge.stats import bootstrap
+from lmchallenge.stats import bootstrap, output
 from lmchallenge.cli import uncertainty as uncertainty_cli
 from lmchallenge.logs.io import read_log
 from lmchallenge.logs.parquet import write_parquet
@@ -221,6 +221,23 @@ def test_lmc_stats_confidence_seed_and_csv():
     csv_text = run_lmc("stats", "--confidence", "0.95", "-o", "csv", path).stdout.decode()
     header = csv_text.splitlines()[0].split(",")
     assert header.index("ci.prediction.hit1.high") == header.index("ci.prediction.hit1.low") + 1
+
+
+@pytest.mark.parametrize("name", ["rails.wc.jsonl", "rails.we.jsonl"])
+def test_lmc_stats_text_shows_each_interval_and_unit_beside_its_figure(name):
+    """QA: -o text listed the ci and units groups after the figures, as lines of their own
+    (``ci.entropy.mean  [4.587199325923991, 4.671933970479233]``)."""
+    args = ("stats", "--confidence", "0.95", "--derived", str(LOGS / name))
+    row = json.loads(run_lmc(*args).stdout)
+    lines = run_lmc(*args, "-o", "text").stdout.decode().splitlines()
+    width = max(len(line.split()[0]) for line in lines)
+    for key, (low, high) in row["ci"].items():
+        group, figure = key.split(".", 1)
+        unit = row["units"].get(key) or output.stat_unit(key)
+        expected = f"{key:<{width}}  {row[group][figure]:.6g} [{low:.6g}, {high:.6g}]  {unit}"
+        assert expected in lines, (expected, lines)
+    assert not [line for line in lines if line.startswith(("ci.", "units."))]
+    assert sum(line.startswith("entropy.") for line in lines) == (5 if "we" in name else 0)
 
 
 def test_lmc_stats_confidence_rejects_a_bad_level():

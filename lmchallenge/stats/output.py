@@ -93,27 +93,53 @@ def stat_unit(name: str, raw: bool = False) -> str:
 
 
 def to_text(rows: list[dict[str, Any]]) -> str:
-    """Each log as ``name  value  unit`` lines (a blank line between logs); the mean
-    cross-entropy also in bits and as perplexity (``exp`` of the mean in nats); the user of a
-    ``--by user`` row as JSON (``null``, ``"7"`` and ``7`` are three users)."""
+    """Each log as ``name  value  unit`` lines (a blank line between logs).
+
+    A figure's bootstrap interval (the row's ``ci`` group, ``lmc stats --confidence``) is
+    shown beside its value as ``[low, high]``, and its unit is the row's ``units`` group's
+    (``--derived``) where it names one, else :func:`stat_unit`'s (QA: both groups were
+    listed after the figures as lines of their own, ``ci.entropy.mean  [4.587199325923991,
+    4.671933970479233]``, ``units.entropy.mean  nats per word``).  The mean cross-entropy is
+    also given in bits and as perplexity (``exp`` of the mean in nats) unless the row has
+    them as figures of their own (``--derived``).  The user of a ``--by user`` row is JSON
+    (``null``, ``"7"`` and ``7`` are three users)."""
     blocks = []
     for row in rows:
-        flat = flatten(row)
-        width = max(map(len, flat), default=0)
+        intervals, units = row.get("ci", {}), row.get("units", {})
+        flat = flatten({key: value for key, value in row.items() if key not in ("ci", "units")})
         raw = "srr" in row.get("prediction", {})   # -H: sums (the ratios have mrr)
+        shown = {name: _shown(name, value) for name, value in flat.items()}
+        for name, interval in intervals.items():
+            if name in shown:
+                shown[name] += f" {_interval(interval)}"
+            else:       # (an interval of a figure the row does not hold: never made so far)
+                shown[f"ci.{name}"] = _interval(interval)
+        width = max(map(len, shown), default=0)
         lines = []
-        for name, value in flat.items():
-            unit = stat_unit(name, raw)
-            if name == "entropy.mean" and isinstance(value, (int, float)):
+        for name, text in shown.items():
+            unit = units.get(name) or stat_unit(name, raw)
+            value = flat.get(name)
+            if name == "entropy.mean" and isinstance(value, (int, float)) \
+                    and "entropy.bits" not in flat:
                 derived = derived_figures({name: value}, None)
                 if derived:
                     unit += (f"; {derived['entropy.bits']:.6g} bits, perplexity "
                              f"{derived['entropy.perplexity']:.6g}")
-            shown = (json.dumps(value, ensure_ascii=False) if name == "user" else
-                     f"{value:.6g}" if isinstance(value, float) else str(value))
-            lines.append(f"{name:<{width}}  {shown}" + (f"  {unit}" if unit else ""))
+            lines.append(f"{name:<{width}}  {text}" + (f"  {unit}" if unit else ""))
         blocks.append("\n".join(lines) + "\n")
     return "\n".join(blocks)
+
+
+def _shown(name: str, value: Any) -> str:
+    """A figure of :func:`to_text`: floats to 6 significant digits, the user as JSON."""
+    if name == "user":
+        return json.dumps(value, ensure_ascii=False)
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def _interval(interval: Any) -> str:
+    """``[low, high]`` to 6 significant digits (``-`` for a bound that is null: NaN)."""
+    return "[" + ", ".join("-" if bound is None else f"{bound:.6g}" for bound in interval) + "]"
 
 
 OUTPUTS: dict[str, Callable[[list[dict[str, Any]]], str]] = {"json": to_json, "csv": to_csv,
