@@ -152,13 +152,13 @@ class RunReport:
         made = self.tokens - self.kept_tokens
         rate = made / self.seconds if self.seconds > 0 else 0.0
         partitions = self.partitions - self.kept_partitions
-        line = (f"lmc-dist: {made} tokens in {self.seconds:.1f} s ({rate:,.0f} tokens/s) "
+        line = (f"lmc-dist: {made:,} tokens in {self.seconds:.1f} s ({rate:,.0f} tokens/s) "
                 f"on {self.workers} worker{'s' if self.workers != 1 else ''}, "
                 f"{partitions} partition{'s' if partitions != 1 else ''}")
         if self.kept_partitions:
-            line += (f"; {self.kept_tokens} tokens in {self.kept_partitions} "
+            line += (f"; {self.kept_tokens:,} tokens in {self.kept_partitions} "
                      f"partition{'s' if self.kept_partitions != 1 else ''} were done before "
-                     f"(--resume): {self.tokens} tokens in all")
+                     f"(--resume): {self.tokens:,} tokens in all")
         return line
 
 

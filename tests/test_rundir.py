@@ -749,8 +749,8 @@ def test_resume_makes_again_a_finished_part_that_cannot_be_read(tmp_path, damage
         assert "partition 2: its file cannot be read (" in resumed.stderr
         assert "): computing it again" in resumed.stderr
     # made again by this invocation, not kept (QA: "0 tokens ..., 0 partitions")
-    assert re.search(rf"^lmc-dist: {rows[2]} tokens in [0-9.]+ s \([0-9,]+ tokens/s\) on 1 "
-                     rf"worker, 1 partition; {sum(rows) - rows[2]} tokens in {len(rows) - 1} "
+    assert re.search(rf"^lmc-dist: {rows[2]:,} tokens in [0-9.]+ s \([0-9,]+ tokens/s\) on 1 "
+                     rf"worker, 1 partition; {sum(rows) - rows[2]:,} tokens in {len(rows) - 1} "
                      r"partitions were done before", resumed.stderr, re.M), resumed.stderr
     assert lmc("stats", str(run_dir)).stdout == before
     assert sorted(p.name for p in run_dir.iterdir() if p.name != ".lmc-dist.lock") == sorted(
@@ -928,8 +928,8 @@ def test_a_resume_counts_only_what_it_made_in_its_rate(tmp_path):
     first = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr
     assert re.search(rf"^lmc-dist: 0 tokens in [0-9.]+ s \(0 tokens/s\) on 1 worker, 0 partitions; "
-                     rf"{sum(rows)} tokens in {len(rows)} partitions were done before "
-                     rf"\(--resume\): {sum(rows)} tokens in all; run dir ", first.stderr, re.M)
+                     rf"{sum(rows):,} tokens in {len(rows)} partitions were done before "
+                     rf"\(--resume\): {sum(rows):,} tokens in all; run dir ", first.stderr, re.M)
     timings = [{k: p[k] for k in ("began", "elapsed", "worker")} for p in manifest["partitions"]]
     assert timings == [{k: p[k] for k in ("began", "elapsed", "worker")} for p in json.loads(
         (run_dir / "_manifest.json").read_text())["partitions"]]     # not the reading back's
@@ -939,9 +939,9 @@ def test_a_resume_counts_only_what_it_made_in_its_rate(tmp_path):
         json.dump(manifest, f)
     again = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
-    assert re.search(rf"^lmc-dist: {rows[1]} tokens in [0-9.]+ s \([0-9,]+ tokens/s\) on 1 "
-                     rf"worker, 1 partition; {sum(rows) - rows[1]} tokens in {len(rows) - 1} "
-                     rf"partitions were done before \(--resume\): {sum(rows)} tokens in all",
+    assert re.search(rf"^lmc-dist: {rows[1]:,} tokens in [0-9.]+ s \([0-9,]+ tokens/s\) on 1 "
+                     rf"worker, 1 partition; {sum(rows) - rows[1]:,} tokens in {len(rows) - 1} "
+                     rf"partitions were done before \(--resume\): {sum(rows):,} tokens in all",
                      again.stderr, re.M)
     # a part file in place that the manifest did not record as done (an interrupted run): it
     # was done before, with its rows, not made by this invocation (QA: counted in its rate)
@@ -953,7 +953,7 @@ def test_a_resume_counts_only_what_it_made_in_its_rate(tmp_path):
     third = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=300)
     assert third.returncode == 0, third.stderr
     assert re.search(rf"^lmc-dist: 0 tokens in [0-9.]+ s \(0 tokens/s\) on 1 worker, 0 partitions; "
-                     rf"{sum(rows)} tokens in {len(rows)} partitions were done before ",
+                     rf"{sum(rows):,} tokens in {len(rows)} partitions were done before ",
                      third.stderr, re.M), third.stderr
 
 
@@ -1043,3 +1043,17 @@ def test_the_manifest_is_saved_as_partitions_end_within_a_tenth_of_the_time(tmp_
     assert saved[-1] == manifest and len(saved) == 3
     saver.flush(manifest)             # nothing pending: no save
     assert len(saved) == 3
+
+
+def test_the_summary_line_writes_its_counts_with_thousands_separators():
+    """As its rate was (QA: "25985 tokens in 6.5 s (3,990 tokens/s)")."""
+    from lmc_dist.job import RunReport
+
+    fresh = RunReport(stats={}, tokens=25985, seconds=6.5, workers=2, partitions=11)
+    assert fresh.summary_line() == ("lmc-dist: 25,985 tokens in 6.5 s (3,998 tokens/s) on 2 "
+                                    "workers, 11 partitions")
+    resumed = RunReport(stats={}, tokens=1234567, seconds=2.0, workers=1, partitions=12,
+                        kept_partitions=11, kept_tokens=1230000)
+    assert resumed.summary_line() == (
+        "lmc-dist: 4,567 tokens in 2.0 s (2,284 tokens/s) on 1 worker, 1 partition; 1,230,000 "
+        "tokens in 11 partitions were done before (--resume): 1,234,567 tokens in all")
