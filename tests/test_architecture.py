@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import grimp
 import pytest
 
-from conftest import BIN, DATA, PYTHON, REPO, environment_of, lmc_command, toy_model_command
+from conftest import BIN, PYTHON, REPO, environment_of, lmc_command, toy_model_command
 
 
 def test_import_linter_contracts_are_kept():

@@ -16,7 +16,7 @@ import re
 import shlex
 import shutil
 import subprocess
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
 import pytest
 import yaml

@@ -12,7 +12,6 @@ import re
 import math
 import os
 import random
-import resource
 import subprocess
 import zlib
 from pathlib import Path

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, REPO
+from conftest import REPO
 
 pytestmark = pytest.mark.slow
 
