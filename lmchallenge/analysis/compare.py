@@ -14,8 +14,9 @@ difference.  Each ``wr`` log is scored under its own fitted mixture (see
 :mod:`lmchallenge.stats.bootstrap` on what its interval leaves out).
 
 Outputs (:data:`FORMATS`): ``text`` (a block per metric, a line per model in it),
-``markdown`` (a table: models in rows, metrics in columns), ``csv`` (one row per log, columns ``METRIC.value``, ``.low``, ``.high``,
-``.delta``, ``.delta_low``, ``.delta_high``, ``.p``), ``json`` (one object per line per
+``markdown`` (a table: models in rows, metrics in columns), ``csv`` (one row per log,
+columns ``METRIC.value``, ``.low``, ``.high``, ``.delta``, ``.delta_low``, ``.delta_high``,
+``.p``), ``json`` (one object per line per
 non-baseline log: ``{"log", "baseline", "metrics": {key: {"value", "baseline", "delta",
 "ci", "p", "value_ci", "baseline_ci"}}}``, ``ci`` being the interval of the delta; an
 infinite or NaN figure is ``null``, its ``note`` saying why, so that the lines are standard
