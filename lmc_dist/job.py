@@ -34,6 +34,7 @@ from tqdm import tqdm
 from lmchallenge.corpus import check_unchanged
 from lmchallenge.errors import LmcError, ModelError, first_line
 from lmchallenge.tuning import DASK_EMBEDDED_CONFIG, usable_cpus
+from lmchallenge.games.job import warn_empty_log
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.games.typos import read_vocabulary
 from lmchallenge.logs.convert import convert_file, join_logs
@@ -614,9 +615,7 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
     entries = manifest["partitions"]
     tokens = sum(p.get("rows") or 0 for p in entries if p["state"] == "done")
     if stats is not None and tokens == 0:   # said, as lmc run says it (QA: said nothing)
-        LOG.warning("%s: %s: the log is empty", job.input, "it holds no message"
-                    if scanned.messages == 0 else
-                    f"none of its {scanned.messages:,} messages has a token to evaluate")
+        warn_empty_log(job.input, scanned.messages)
     # rows as the run ends: a part file in place that the manifest had not recorded yet (an
     # interrupted run) has its rows from the worker that read it back (QA: counted as 0, so
     # the summary gave its tokens to this invocation's rate); one whose file turned out

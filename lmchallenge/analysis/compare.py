@@ -40,6 +40,7 @@ from lmchallenge.analysis.diff import LogMismatchError, pairs
 from lmchallenge.errors import LmcError
 from lmchallenge.stats import bootstrap
 from lmchallenge.stats.derived import derived_figures, entropy_game, unit_of
+from lmchallenge.stats.output import format_interval, format_number
 
 FORMATS = ("text", "markdown", "csv", "json", "html")
 TESTS = ("bootstrap", "randomisation")
@@ -239,20 +240,14 @@ def _value(summary: bootstrap.LogSummary, numerator: str, denominator: str) -> f
 
 # --- output ----------------------------------------------------------------------------------------
 
-def _num(value: float | None, digits: int = 4) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:.{digits}f}"
-
-
 def _interval(ci: Sequence[float] | None) -> str:
-    return "-" if ci is None else f"[{_num(ci[0])}, {_num(ci[1])}]"
+    return "-" if ci is None else format_interval(ci, ".4f")
 
 
 def _cell(row: MetricRow | None, is_baseline: bool) -> str:
     if row is None:
         return "-"
-    text = f"{_num(row.value)} {_interval(row.value_ci)}"
+    text = f"{format_number(row.value, '.4f')} {_interval(row.value_ci)}"
     if is_baseline:
         return text
     if row.note:

@@ -116,8 +116,14 @@ def execute(job: RunJob) -> int:
             progress.close()
         close_model(model)      # a Python model was closed before its log was complete
     if n == 0:      # (as 5.2, the empty log is written; said, so it is not taken for a result)
-        LOG.warning("%s: %s: the log is empty", input_name(job.corpus),
-                    "it holds no message" if total == 0 else
-                    f"none of its {total:,} messages has a token to evaluate")
+        warn_empty_log(input_name(job.corpus), total)
     LOG.info("wrote %d log lines", n)
     return n
+
+
+def warn_empty_log(corpus: str, messages: int) -> None:
+    """Say that the log of ``corpus`` (its name as the user gave it), of ``messages``
+    messages, is empty: a run over a corpus without a token to evaluate (``lmc run`` and
+    ``lmc-dist run`` alike)."""
+    LOG.warning("%s: %s: the log is empty", corpus, "it holds no message" if messages == 0 else
+                f"none of its {messages:,} messages has a token to evaluate")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from lmchallenge.stats.derived import derived_figures
@@ -108,12 +109,9 @@ def to_text(rows: list[dict[str, Any]]) -> str:
         intervals, units = row.get("ci", {}), row.get("units", {})
         flat = flatten({key: value for key, value in row.items() if key not in ("ci", "units")})
         raw = "srr" in row.get("prediction", {})   # -H: sums (the ratios have mrr)
-        shown = {name: _shown(name, value) for name, value in flat.items()}
-        for name, interval in intervals.items():
-            if name in shown:
-                shown[name] += f" {_interval(interval)}"
-            else:       # (an interval of a figure the row does not hold: never made so far)
-                shown[f"ci.{name}"] = _interval(interval)
+        shown = {name: _shown(name, value) + (f" {format_interval(intervals[name])}"
+                                              if name in intervals else "")
+                 for name, value in flat.items()}
         width = max(map(len, shown), default=0)
         lines = []
         for name, text in shown.items():
@@ -137,13 +135,22 @@ def _shown(name: str, value: Any) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
-def _interval(interval: Any) -> str:
-    """``[low, high]`` to 6 significant digits (``-`` for a bound that is null: NaN)."""
-    return "[" + ", ".join("-" if bound is None else f"{bound:.6g}" for bound in interval) + "]"
+def format_number(value: float | None, spec: str = ".6g") -> str:
+    """``value`` in the format ``spec``; ``-`` for a missing or NaN one (an interval of one
+    user: every resample's figure would be its own)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return format(value, spec)
+
+
+def format_interval(interval: Sequence[float | None], spec: str = ".6g") -> str:
+    """``[low, high]``, each bound by :func:`format_number`."""
+    return f"[{format_number(interval[0], spec)}, {format_number(interval[1], spec)}]"
 
 
 OUTPUTS: dict[str, Callable[[list[dict[str, Any]]], str]] = {"json": to_json, "csv": to_csv,
                                                               "text": to_text}
 
 
-__all__ = ["OUTPUTS", "UNITS", "RAW_UNITS", "stat_unit", "to_json", "to_csv", "to_text", "flatten"]
+__all__ = ["OUTPUTS", "UNITS", "RAW_UNITS", "stat_unit", "to_json", "to_csv", "to_text", "flatten",
+           "format_number", "format_interval"]
