@@ -25,8 +25,9 @@ from lmchallenge.cli.uncertainty import bootstrap_options, settings_of, wanted, 
 from lmc_dist import manifest as mf
 from lmc_dist import reduce
 from lmc_dist.connection import checked_address
-from lmc_dist.job import DEFAULT_PARTITION_CHARS, DistJob, execute
+from lmc_dist.job import execute
 from lmc_dist.resources import parse_resources
+from lmc_dist.spec import DEFAULT_PARTITION_CHARS, DistJob
 
 MAX_WORKERS = 1024
 """The most ``--workers`` of the embedded cluster (worker processes on this machine; QA: 10**31

@@ -20,99 +20,42 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
 from typing import Any
 
-import dask
-from dask.utils import parse_timedelta
-from distributed import Client, LocalCluster, as_completed
+from distributed import Client, as_completed
 from distributed.comm.core import CommClosedError
 from tqdm import tqdm
 
 from lmchallenge.corpus import check_unchanged
-from lmchallenge.errors import LmcError, ModelError, first_line
-from lmchallenge.tuning import DASK_EMBEDDED_CONFIG, usable_cpus
+from lmchallenge.errors import LmcError, ModelError
 from lmchallenge.games.job import warn_empty_log
-from lmchallenge.games.spec import GameSpec
 from lmchallenge.games.typos import read_vocabulary
 from lmchallenge.logs.convert import convert_file, join_logs
 from lmchallenge.logs.files import check_parquet_name, check_writable, file_form
 from lmchallenge.logs.rundir import STATS, changed_part, finished_part
 from lmchallenge.model.files import changed, files_as_named, named_files
-from lmchallenge.model.spec import PredictorSpec
 
 from lmc_dist import commit
 from lmc_dist import manifest as mf
 from lmc_dist import reduce
-from lmc_dist.connection import require_scheduler, submit, unresolved_host
+from lmc_dist.cluster import (cluster_name, cluster_size, connect, dashboard_address,
+                              watching_workers, workers_of)
+from lmc_dist.connection import require_scheduler, submit
 from lmc_dist.failures import StartFailures, failure_messages, stop_reason
 from lmc_dist.partition import scan, sha256_of
-from lmc_dist.resources import Resources, format_resources, offering, require_offered
-from lmc_dist.quiet import (TASK_PREFIX, client_filters, quiet_interruption, sigint_deferred,
-                            start_without_sigint)
+from lmc_dist.pool import register_model_pool, release_models
+from lmc_dist.quiet import TASK_PREFIX, start_without_sigint
 from lmc_dist.sizing import ForCluster, PartitionSize, query_cost, recorded_size
-from lmc_dist.worker import (EMBEDDED_WORKER, PLUGIN_NAME, ModelPool, PartitionTask,
-                             evaluate_partition, finish_models, finish_orphaned_models,
-                             model_clients, part_name)
+from lmc_dist.spec import DistJob
+from lmc_dist.worker import PartitionTask, evaluate_partition, finish_models, part_name
 
 LOG = logging.getLogger(__name__)
 STOPPED_EARLY = "stopped_early"
 """Manifest key: the run stopped when its model failed alike as it started
 (:func:`_run_partitions`); the next run in the run dir does not stop so."""
-DEFAULT_PARTITION_CHARS = 100_000
-"""The size of a partition before sizes were chosen for the cluster (now only a suggestion
-for ``--partition-chars``)."""
-EMBEDDED_CONFIG = {**DASK_EMBEDDED_CONFIG, f"distributed.nanny.pre-spawn-environ.{EMBEDDED_WORKER}": "1"}
-"""Dask settings of the embedded cluster (:data:`lmchallenge.tuning.DASK_EMBEDDED_CONFIG`; its
-workers' processes are told they are its: :data:`lmc_dist.worker.EMBEDDED_WORKER`)."""
-
-
-@dataclass(frozen=True)
-class DistJob:
-    """One ``lmc-dist run``.
-
-    Attributes:
-        predictor, game: what to run.
-        input: corpus path or fsspec URL (``.gz`` ok).
-        run_dir: output directory (every worker must reach it at the same path).
-        corpus_format: ``auto``, ``text`` or ``json``.
-        out_format: ``parquet`` or ``jsonl``.
-        scheduler: address of an existing Dask scheduler, or None for an embedded cluster.
-        workers: worker processes of the embedded cluster (default: one per usable CPU,
-            :func:`embedded_workers`).
-        partition_chars: target characters per partition (None: a size in estimated model
-            queries chosen for the cluster, :class:`lmc_dist.sizing.ForCluster`; on
-            ``--resume``, the size recorded in the run dir).
-        train: train/clear the model per user (groups are never split).
-        resume: finish the run already in ``run_dir``.
-        retries: extra attempts of a failed partition.
-        output: also concatenate the log into this file (jsonl, jsonl.gz or parquet).
-        progress: show a progress bar (None: when stderr is a terminal).
-        intervals: bootstrap settings (:class:`lmchallenge.stats.bootstrap.Settings`): the
-            statistics carry ``"ci"`` as ``lmc stats --confidence`` gives them (None: not).
-        resources: Dask worker resources each partition task needs (``{"GPU": 1.0}``;
-            :mod:`lmc_dist.resources`): only workers declaring them run partitions; the
-            embedded cluster's workers declare them.  None: any worker.
-    """
-
-    predictor: PredictorSpec
-    game: GameSpec
-    input: str
-    run_dir: str
-    corpus_format: str = "auto"
-    out_format: str = "parquet"
-    scheduler: str | None = None
-    workers: int | None = None
-    partition_chars: int | None = None
-    train: bool = False
-    resume: bool = False
-    retries: int = 1
-    output: str | None = None
-    progress: bool | None = None
-    intervals: Any = None
-    resources: Resources | None = None
 
 
 @dataclass
@@ -163,208 +106,6 @@ class RunReport:
         return line
 
 
-@contextlib.contextmanager
-def connect(job: DistJob) -> Iterator[Client]:
-    """A client of ``job.scheduler``, or of an embedded LocalCluster (one worker process per
-    core, one thread each, made with :data:`EMBEDDED_CONFIG`) that is shut down afterwards.
-    The scheduler's HTTP server (which runs with or without a dashboard) takes a free
-    loopback port, not 8787, which another cluster on the machine may hold."""
-    if job.scheduler:
-        with client_filters(), scheduler_client(job.scheduler) as client, quiet_interruption():
-            yield client
-        return
-    n = embedded_workers(job)
-    cluster = None
-    try:   # the settings are read when the scheduler, nannies and workers start; the
-        # cluster's processes inherit an ignored SIGINT
-        with sigint_deferred(), dask.config.set(EMBEDDED_CONFIG):
-            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                                   dashboard_address=_dashboard_address() or "127.0.0.1:0",
-                                   silence_logs=logging.ERROR, resources=job.resources)
-    except KeyboardInterrupt:          # Ctrl-C during the start, delivered on unblocking
-        if cluster is not None:
-            cluster.close()
-        raise
-    except (RuntimeError, OSError, TimeoutError) as e:   # e.g. a worker killed as it started
-        raise LmcError(f"the embedded Dask cluster did not start ({str(e).rstrip('.')}); run again "
-                       "(with --resume if the run dir holds a run)") from None
-    with client_filters(), cluster, Client(cluster) as client, quiet_interruption():
-        yield client
-
-
-CONNECT_GRACE_SECONDS = 5.0
-"""How much longer than Dask's connect timeout a client may take to get an answer."""
-
-
-def scheduler_client(address: str, say_after: float = 2.0) -> Client:
-    """A client of the Dask scheduler at ``address``; where none has answered after
-    ``say_after`` seconds and Dask waits for one at least 5 s
-    (``distributed.comm.timeouts.connect``: 30 s), a warning says what the run waits for.
-
-    Raises:
-        LmcError: its host name does not resolve (at once: Dask waited its connect timeout),
-            no scheduler answers there (within Dask's ``distributed.comm.timeouts.connect``),
-            or none has finished the client's start within three times that and
-            :data:`CONNECT_GRACE_SECONDS`.
-    """
-    unresolved = unresolved_host(address)
-    if unresolved is not None:
-        raise LmcError(f"cannot reach the Dask scheduler at {address}: {unresolved}")
-    limit = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds")
-    waiting = threading.Timer(say_after, LOG.warning, (
-        "no answer yet from the Dask scheduler at %s: waiting up to %g s (Dask's "
-        "distributed.comm.timeouts.connect)", address, limit))
-    waiting.daemon = True
-    if limit >= 5:
-        waiting.start()
-    made: list[Any] = []
-
-    def make() -> None:
-        try:
-            made.append(Client(address))
-        except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
-            made.append(e)
-
-    # Dask bounds each step of its client's start (the connection, the scheduler's
-    # information, the stream's start: each within the connect timeout), not the handshake:
-    # a server that is not a scheduler (its dashboard's port) held the client for ever
-    deadline = 3 * limit + CONNECT_GRACE_SECONDS
-    connecting = threading.Thread(target=make, name="lmc-dist-connect", daemon=True)
-    try:
-        start_without_sigint(connecting)
-        connecting.join(deadline)
-    finally:
-        waiting.cancel()
-    if not made:
-        raise LmcError(f"no Dask scheduler answered at {address} within {deadline:g} s (a server "
-                       "listens there, but does not speak Dask's protocol, such as the "
-                       "dashboard's port, or is too busy to answer)")
-    if isinstance(made[0], (OSError, TimeoutError)):
-        raise LmcError(f"cannot reach the Dask scheduler at {address} ({str(made[0]).rstrip('.')})")
-    if isinstance(made[0], BaseException):
-        raise made[0]
-    return made[0]
-
-
-def cluster_name(job: DistJob) -> str:
-    """The cluster ``job`` runs on, for messages."""
-    return f"the Dask cluster at {job.scheduler}" if job.scheduler else "the embedded Dask cluster"
-
-
-def register_model_pool(client: Client, job: DistJob) -> None:
-    """Register :class:`lmc_dist.worker.ModelPool` on every worker, now and later, unless
-    the cluster has it (another run's, going on: :attr:`ModelPool.idempotent`), and, on a
-    ``--scheduler``'s cluster, finish the models that runs whose client has gone left in it
-    (:func:`finish_orphans`).
-
-    Raises:
-        LmcError: a worker cannot take the pool (one without this package), or workers were
-            lost as the run started.
-    """
-    _register_model_pool(client, job)
-    if job.scheduler:       # an embedded cluster is the run's own, its workers this package's
-        finish_orphans(client, job)
-
-
-def finish_orphans(client: Client, job: DistJob) -> None:
-    """Finish, on every worker, the models of runs whose Dask client the scheduler no longer
-    has (:func:`lmc_dist.worker.finish_orphaned_models`: the idle ones now, those a task
-    still uses when it ends, on a thread of the worker); their errors are no run's to report
-    (the part files such a model answered are removed: their run's ``--resume`` makes them
-    again).  The workers' clients (:func:`held_models`) are asked for before the
-    scheduler's, so that a run starting meanwhile is never taken for gone.  Skipped, said
-    with ``-v``, where the scheduler cannot be asked (one that does not run pickled
-    functions).
-
-    Raises:
-        LmcError: a worker cannot run this package's functions.
-    """
-    held = held_models(client, job)
-    if not held:
-        return
-    try:
-        live = client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.clients))
-        gone = held - set(live)
-        if gone:
-            client.run(finish_orphaned_models, sorted(gone), on_error="return")
-    except Exception as e:  # noqa: BLE001 - a clean-up: the run goes on without it
-        LOG.info("the models of earlier runs on %s were not looked for (%s)", client.scheduler.address,
-                 first_line(e))
-
-
-def release_models(client: Client) -> None:
-    """Finish, on every worker of a shared cluster, the models of this client's run, which
-    it leaves as it stops (Ctrl-C, SIGTERM): the idle ones now, those a task still uses
-    when it ends (:func:`lmc_dist.worker.finish_orphaned_models`, as for a client gone).
-    Otherwise they wait, idle, for the next run's start (QA: a model process of 75 MB per
-    worker, a GPU model's memory, after Ctrl-C).  A clean-up: nothing is said if the
-    cluster cannot be asked."""
-    with contextlib.suppress(Exception):
-        client.run(finish_orphaned_models, [client.id], ended=True, on_error="return")
-
-
-def held_models(client: Client, job: DistJob) -> set[str]:
-    """The Dask clients whose runs have models on the workers
-    (:func:`lmc_dist.worker.model_clients`); none if a worker is lost meanwhile.  It checks
-    too that every worker can run this package's functions: a cluster that has the pool
-    already is not sent it again, so a worker without the package is found here.
-
-    Raises:
-        LmcError: a worker cannot (:func:`_cannot_set_up`).
-    """
-    try:
-        held = client.run(model_clients, on_error="return")
-    except OSError:     # a worker went away: its models with it
-        return set()
-    for answer in held.values():
-        if isinstance(answer, BaseException):
-            raise _cannot_set_up(job, answer)
-    return {c for ids in held.values() for c in ids}
-
-
-def _register_model_pool(client: Client, job: DistJob) -> None:
-    """Register the pool (:func:`register_model_pool`).  A worker that dies meanwhile fails
-    the broadcast; the scheduler keeps the pool and gives it to the worker its nanny starts,
-    so the run waits for the workers to be back (and registers again: a no-op where the
-    scheduler has the pool).
-
-    Raises:
-        LmcError: workers are lost, or one cannot take the pool.
-    """
-    try:
-        client.register_plugin(ModelPool(), name=PLUGIN_NAME)
-        return
-    except OSError:          # CommClosedError: a worker went away during the broadcast
-        pass
-    except Exception as e:  # noqa: BLE001 - a worker's error, raised again here
-        raise _cannot_set_up(job, e) from None
-    try:
-        if not job.scheduler:
-            client.wait_for_workers(embedded_workers(job), timeout=60)
-        client.register_plugin(ModelPool(), name=PLUGIN_NAME)
-    except (OSError, TimeoutError) as e:
-        raise LmcError(f"{cluster_name(job)} lost workers as the run started ({str(e).rstrip('.')}); run again "
-                       "(with --resume if the run dir holds a run)") from None
-    except Exception as e:  # noqa: BLE001 - a worker's error, raised again here
-        raise _cannot_set_up(job, e) from None
-
-
-def _cannot_set_up(job: DistJob, error: BaseException) -> LmcError:
-    """The error of a worker that cannot take the run's model pool: most often one without
-    this package (Dask raises its ``ModuleNotFoundError`` wrapped in an ``Exception``)."""
-    return LmcError(f"a worker of {cluster_name(job)} cannot set the run up ({first_line(error)}): "
-                    "every worker needs lmchallenge-dist installed, the same version as here "
-                    "(deploy/README.md)")
-
-
-def _dashboard_address() -> str | None:
-    try:
-        import bokeh  # noqa: F401  (the dashboard needs it)
-    except ImportError:
-        return None
-    return "127.0.0.1:0"
-
-
 def _identity(job: DistJob, scan_result, old: dict[str, Any] | None) -> dict[str, Any]:
     chars = job.partition_chars
     if chars is None and old is not None:   # --resume without --partition-chars: as recorded
@@ -403,8 +144,8 @@ def _warn_if_the_model_changed(old: dict[str, Any], manifest: dict[str, Any]) ->
 def partition_size(job: DistJob, old: dict[str, Any] | None) -> int | PartitionSize | ForCluster | None:
     """The size to cut ``job``'s corpus at: the one recorded in the run dir being resumed
     (``old``), else ``--partition-chars``, else one chosen for the cluster's size
-    (:func:`cluster_size`); None when that size is the workers a ``--scheduler`` has now,
-    which only its client can tell."""
+    (:func:`lmc_dist.cluster.cluster_size`); None when that size is the workers a
+    ``--scheduler`` has now, which only its client can tell."""
     if old is not None:
         return recorded_size(old)
     if job.partition_chars is not None:
@@ -412,41 +153,6 @@ def partition_size(job: DistJob, old: dict[str, Any] | None) -> int | PartitionS
     if job.scheduler and not job.workers:
         return None
     return ForCluster(workers=cluster_size(job))
-
-
-def cluster_size(job: DistJob, client: Client | None = None) -> int:
-    """Workers ``job`` will run on: ``--workers``, else the workers the scheduler of
-    ``client`` has now (with ``--resources``: those declaring them), else (an embedded
-    cluster) one per usable CPU (:func:`embedded_workers`).
-
-    Raises:
-        LmcError: no worker declares the ``--resources`` asked for.
-    """
-    if job.workers:
-        return job.workers
-    if client is not None:
-        return max(1, workers_of(client, job))
-    return embedded_workers(job)
-
-
-def embedded_workers(job: DistJob) -> int:
-    """Workers of ``job``'s embedded cluster: ``--workers``, else one per CPU this process
-    may use (:func:`lmchallenge.tuning.usable_cpus`: less than the machine's under
-    ``taskset`` or a container's CPU quota)."""
-    return job.workers or usable_cpus()
-
-
-def workers_of(client: Client, job: DistJob) -> int:
-    """Workers of ``client``'s cluster that can run ``job``'s partitions now (with
-    ``--resources``: those declaring them).
-
-    Raises:
-        LmcError: no worker declares the ``--resources`` asked for.
-    """
-    found = client.scheduler_info().get("workers", {})
-    if job.resources:
-        return require_offered(found, job.resources, cluster_name(job))
-    return len(found)
 
 
 def execute(job: DistJob) -> RunReport:
@@ -513,7 +219,7 @@ def _nothing_done(run_dir: str, old: dict[str, Any]) -> bool:
 
 @contextlib.contextmanager
 def scanned_while_connecting(job: DistJob, old: dict[str, Any] | None) -> Iterator[tuple[Client, Any]]:
-    """A client (:func:`connect`) and the scanned corpus (:func:`lmc_dist.partition.scan`),
+    """A client (:func:`lmc_dist.cluster.connect`) and the scanned corpus (:func:`lmc_dist.partition.scan`),
     the scan running in a thread while the embedded cluster starts: its worker processes
     import Dask for about half a second, a 1M-line corpus takes seconds to scan, and neither
     waits for the other (BENCHMARKS.md, "scaling").  A bad corpus is reported even when the
@@ -591,7 +297,7 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
              for p in scanned.partitions]
     register_model_pool(client, job)
     workers = workers_of(client, job) or (job.workers or 1)
-    if client.dashboard_link and _dashboard_address() is not None or job.scheduler:
+    if client.dashboard_link and dashboard_address() is not None or job.scheduler:
         LOG.warning("dask dashboard: %s", client.dashboard_link)
     outcomes, errors, not_run, made = _run_partitions(client, job, tasks, manifest, may_stop_early)
     gone = _check_models(client, job, manifest)
@@ -815,7 +521,7 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], ma
     start = time.monotonic()
     saver = mf.Saver(job.run_dir)
     try:
-        for future in _watching_workers(client, job, as_completed(list(futures))):
+        for future in watching_workers(client, job, as_completed(list(futures))):
             index = futures[future]
             entry = manifest["partitions"][index]
             if future.status == "cancelled":   # the client lost the scheduler: Dask cancels them all
@@ -861,67 +567,3 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], ma
         bar.close()
     saver.flush(manifest)
     return outcomes, errors, set(outcomes) - ended, made
-
-
-WORKER_WATCH_SECONDS = 5.0
-"""How long a ``--scheduler`` cluster may have no worker before a run warns that it waits."""
-
-
-def _watching_workers(client: Client, job: DistJob, items: Iterable[Any],
-                      every: float = WORKER_WATCH_SECONDS) -> Iterator[Any]:
-    """``items``, while (on a ``--scheduler`` cluster) a thread asks the scheduler for its
-    workers every ``every`` seconds and warns where the run would otherwise wait in silence:
-    each time the cluster has had no worker (none started, or every one lost), and each time
-    the scheduler has not answered within Dask's ``distributed.comm.timeouts.connect`` (a
-    scheduler stopped, swapped out or cut off by the network: its connections stay open, so
-    Dask itself waits for ever), then once it answers again."""
-    if not job.scheduler:
-        yield from items
-        return
-    stop = threading.Event()
-    limit = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds")
-
-    def watch() -> None:
-        alone = False
-        silent_since: float | None = None
-        while not stop.wait(every):
-            asked = time.monotonic()
-            try:
-                # the workers' details only where --resources needs them, else their count
-                # (on 1,000 workers, details every few seconds are a large message)
-                identity = client.sync(client.scheduler.identity,
-                                       n_workers=-1 if job.resources else 0,
-                                       callback_timeout=limit)
-            except TimeoutError:
-                if silent_since is None:
-                    silent_since = asked
-                    LOG.warning("no answer from the Dask scheduler at %s for %g s (Dask's "
-                                "distributed.comm.timeouts.connect): the run waits for it (a "
-                                "stopped or overloaded scheduler, or the network to it); Ctrl-C "
-                                "stops the run, and --resume finishes it", job.scheduler, limit)
-                continue
-            except Exception:  # noqa: BLE001 - the scheduler gone: the run itself says so
-                return
-            if silent_since is not None:
-                LOG.warning("the Dask scheduler at %s answers again, after %.0f s", job.scheduler,
-                            time.monotonic() - silent_since)
-                silent_since = None
-            connected = identity.get("workers", {})
-            workers = len(offering(connected, job.resources)) if job.resources \
-                else identity.get("n_workers", 0)
-            if workers == 0 and not alone and job.resources:
-                wanted = format_resources(job.resources)
-                LOG.warning("no Dask worker declaring the resources %s that --resources asks for "
-                            "is connected to %s (%d other workers): the run waits for one (`dask "
-                            "worker %s --resources \"%s\"`)", wanted, cluster_name(job),
-                            len(connected), job.scheduler, wanted)
-            elif workers == 0 and not alone:
-                LOG.warning("no Dask worker is connected to %s: the run waits for one (`dask "
-                            "worker %s`)", cluster_name(job), job.scheduler)
-            alone = workers == 0
-
-    start_without_sigint(threading.Thread(target=watch, name="lmc-dist-worker-watch", daemon=True))
-    try:
-        yield from items
-    finally:
-        stop.set()

@@ -2,7 +2,7 @@
 
 * A partition that fails raises on its worker, where ``distributed`` logs it ("Compute
   Failed", the exception and a traceback, per attempt): the client reports the same error,
-  with the partition's lines, once (:func:`lmc_dist.job.failure_messages`).  Workers drop
+  with the partition's lines, once (:func:`lmc_dist.failures.failure_messages`).  Workers drop
   those log records for lmc-dist's own tasks (:class:`OwnTaskFailures`); records of any other
   task, and every other record, stay.
 * Ctrl-C on a terminal sends SIGINT to the whole foreground process group: the embedded

@@ -532,7 +532,7 @@ def test_a_run_starting_while_orphans_are_looked_for_is_never_taken_for_gone():
     """The workers' clients are asked for before the scheduler's (QA: a client that
     connected between the scheduler's answer and the workers' was taken for gone, and its
     model finished after each of its tasks)."""
-    from lmc_dist import job, worker
+    from lmc_dist import pool, worker
     calls = []
 
     class Recording:
@@ -545,7 +545,7 @@ def test_a_run_starting_while_orphans_are_looked_for_is_never_taken_for_gone():
             calls.append(("scheduler", ()))
             return ["going-on", "starting", "new"]
 
-    job.finish_orphans(Recording(), SimpleNamespace(scheduler="tcp://127.0.0.1:1"))
+    pool.finish_orphans(Recording(), SimpleNamespace(scheduler="tcp://127.0.0.1:1"))
     assert calls == [("model_clients", ()), ("scheduler", ()), ("finish_orphaned_models", (["killed"],))]
 
 
@@ -862,6 +862,7 @@ def test_the_corpus_is_scanned_while_the_cluster_starts(tmp_path, monkeypatch):
     import threading
 
     from lmc_dist import job as job_module
+    from lmc_dist.spec import DistJob
     from lmchallenge.games.spec import GameSpec
     from lmchallenge.model.spec import PredictorSpec
 
@@ -884,7 +885,7 @@ def test_the_corpus_is_scanned_while_the_cluster_starts(tmp_path, monkeypatch):
     monkeypatch.setattr(job_module, "connect", connect)
     corpus = tmp_path / "c.txt"
     corpus.write_text("one message\ntwo\nthree\n")
-    job = job_module.DistJob(predictor=PredictorSpec(toy_model_command()), game=GameSpec("we"),
+    job = DistJob(predictor=PredictorSpec(toy_model_command()), game=GameSpec("we"),
                              input=str(corpus), run_dir=str(tmp_path / "run"), workers=1)
     with job_module.scanned_while_connecting(job, None) as (client, result):
         assert client == "the client"
@@ -895,7 +896,7 @@ def _embedded_settings() -> dict:
     """The worker's settings of EMBEDDED_CONFIG (those for the nanny's environment as the
     worker's environment has them)."""
     import dask
-    from lmc_dist.job import EMBEDDED_CONFIG
+    from lmc_dist.cluster import EMBEDDED_CONFIG
     environment = "distributed.nanny.pre-spawn-environ."
     return {key: os.environ.get(key[len(environment):]) if key.startswith(environment)
             else dask.config.get(key) for key in EMBEDDED_CONFIG}
@@ -907,7 +908,7 @@ def test_embedded_cluster_workers_run_with_its_quiet_settings():
     from types import SimpleNamespace
 
     import dask
-    from lmc_dist.job import EMBEDDED_CONFIG, connect
+    from lmc_dist.cluster import EMBEDDED_CONFIG, connect
     with connect(SimpleNamespace(scheduler=None, workers=1, resources=None)) as client:
         seen = client.run(_embedded_settings)
     assert list(seen.values()) == [EMBEDDED_CONFIG]

@@ -26,8 +26,9 @@ from distributed.comm.core import CommClosedError
 from lmchallenge.errors import LmcError
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.model.spec import PredictorSpec
-from lmc_dist.job import DistJob, register_model_pool
+from lmc_dist.pool import register_model_pool
 from lmc_dist.quiet import HEARTBEAT_FAILED, ClosingHeartbeat, SyncCancelRace, quiet_worker
+from lmc_dist.spec import DistJob
 from lmc_dist.worker import PLUGIN_NAME
 
 from conftest import BIN, toy_model_command
