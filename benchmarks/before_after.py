@@ -5,11 +5,12 @@
     python benchmarks/before_after.py --old-tree /tmp/old --repeat 5 [--ngram kjv.lm]
 
 Cases: `lmc run` with the instant model (wc, we, and we writing Parquet) on KJV lines, and
-`lmc stats` on a ~260k-row log as Parquet and as jsonl; with ``--ngram MODEL`` (a file of
+`lmc stats`, `lmc validate` on a ~260k-row log as Parquet and as jsonl, and `lmc diff` of
+the jsonl log with itself; with ``--ngram MODEL`` (a file of
 `lmc-ngram train`), `lmc run` with that model in process too
 (`lmchallenge.model.ngram:NgramModel`: the evaluator and a Python model in one process, as
 `lmc-dist --in-process` workers run it; wc, we, and we writing Parquet as `lmc-dist`'s parts
-are). Prints medians and the ratio new/old (median and best); the outputs (stdout, or the
+are). ``--only CASE,...`` runs those cases alone. Prints medians and the ratio new/old (median and best); the outputs (stdout, or the
 file after ``--output``) must be equal.
 """
 
@@ -60,6 +61,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--lines", type=int, default=2000)
     parser.add_argument("--ngram", type=Path, help="an lmc-ngram model: run it in process too")
+    parser.add_argument("--only", help="comma-separated cases to run (default: all)")
     args = parser.parse_args()
     old = {"PYTHONPATH": str(Path(args.old_tree).resolve())}
     lmc = [PYTHON, "-m", "lmchallenge.cli"]
@@ -70,7 +72,10 @@ def main() -> None:
                  "run we": [*lmc, "run", MODEL, "we", str(corpus)],
                  "run we parquet": [*lmc, "run", MODEL, "we", str(corpus), "--output", "we.parquet"],
                  "stats parquet": [*lmc, "stats", str(parquet)],
-                 "stats jsonl": [*lmc, "stats", str(big)]}
+                 "stats jsonl": [*lmc, "stats", str(big)],
+                 "validate pq": [*lmc, "validate", str(parquet)],
+                 "validate jsonl": [*lmc, "validate", str(big)],
+                 "diff jsonl": [*lmc, "diff", str(big), str(big)]}
         if args.ngram is not None:
             in_process = ["lmchallenge.model.ngram:NgramModel", "-o",
                           f'{{"model": "{args.ngram.resolve()}"}}']
@@ -78,6 +83,8 @@ def main() -> None:
             cases["ngram wc"] = [*lmc, "run", *in_process, "wc", str(corpus)]
             cases["ngram we pq"] = [*lmc, "run", *in_process, "we", str(corpus), "--output",
                                     "ngram.parquet"]
+        if args.only:
+            cases = {case: cases[case] for case in args.only.split(",")}
         print(f"{'case':15} {'old':>8} {'new':>8} {'new/old':>8} {'best':>6}")
         for case, argv in cases.items():
             old_times, new_times = [], []

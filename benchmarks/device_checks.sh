@@ -7,7 +7,7 @@
 #   echo /.whl/ >> .git/info/exclude; echo /smol-skeleton/ >> .git/info/exclude
 #   python3 -m pip download --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
-#       dask distributed emoji jsonschema regex fsspec
+#       dask distributed emoji jsonschema jsonschema-rs regex fsspec
 #   # then delete from .whl what the machine has (click, numpy, pandas, pyarrow, ...: one
 #   # version of each must remain)
 #   lmc-neural skeleton models/SmolLM2-135M-Instruct.Q4_1.gguf smol-skeleton

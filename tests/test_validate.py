@@ -155,3 +155,68 @@ def test_a_run_dir_s_bad_datum_is_named_by_its_part_file_and_line(tmp_path):
     assert result.returncode == 2
     assert result.stderr == f"lmc: error: {part}:3: field logp: 'x' is not of type 'number', 'null'\n"
     assert f"{part}:3: " in lmc_run("stats", str(run_dir)).stderr
+
+
+# -- the quick check (jsonschema-rs) agrees with jsonschema --------------------------------
+
+REAL = Path(__file__).resolve().parent / "data" / "logs"
+ODD_VALUES = [None, True, False, 0, -1, 7, 7.0, -0.0, 0.5, -2.5, 2 ** 70, float("nan"), float("inf"),
+              "", "a", "\ud800", [], ["a"], ["a", "a"], [["a"]], [["a", "a"]], ("a",), (("a",),),
+              [("a",)], {}, {"a": 1}, [["a", -1.0, None]], [["a", -1.0, -2.0, -3.0]],
+              [["a", 0.5, None]], [["a", -1.0]], [["a", -1.0, None, -1.0, 1]], [[1, -1.0, None]],
+              [["a", -1.0, "x"]], [("a", -1.0, None)], [["a", -1.0, float("nan")]],
+              [["a", float("-inf"), None]], {"b": [float("inf")]}, b"a"]
+
+
+def _mutants(datum: dict, rng) -> list:
+    """``datum`` changed in one or two places: a field set to an odd value (of another type,
+    a float for an integer, a tuple for a list, NaN, ...), removed, or added."""
+    import numpy as np
+    keys = [*datum, "select", "completions", "logp", "verbatim", "results", "extra"]
+    out = []
+    for _ in range(12):
+        changed = dict(datum)
+        for _ in range(rng.choice([1, 2])):
+            key = rng.choice(keys)
+            how = rng.random()
+            if how < 0.15:
+                changed.pop(key, None)
+            elif how < 0.25:
+                changed[key] = rng.choice([np.int64(3), np.float64(7.0), np.float64(-1.0)])
+            else:
+                changed[key] = rng.choice(ODD_VALUES)
+        out.append(changed)
+    return out
+
+
+def test_the_quick_check_never_passes_what_jsonschema_refuses():
+    """Every datum of the real logs of each game, and thousands of mutants of them (odd types,
+    floats for integers, tuples for lists, NumPy scalars, NaN, missing and extra fields):
+    :func:`problem` (jsonschema-rs first) says what jsonschema alone says, and the mutants
+    include datums each path judges valid and invalid."""
+    import random
+
+    from lmchallenge.logs.check import _schema_problem, _surely_valid
+    rng = random.Random(5)
+    data = [json.loads(line) for log in sorted(REAL.glob("*.jsonl")) if log.name != "rails40.jsonl"
+            for line in log.read_text().splitlines()[:60]]
+    assert {"completions", "logp", "results"} <= {key for d in data for key in d}
+    quick = {True: 0, False: 0}
+    for datum in data + [m for d in data for m in _mutants(d, rng)]:
+        assert problem(datum) == _schema_problem(datum), datum
+        quick[_surely_valid(datum)] += 1
+    assert quick[True] > 1000 and quick[False] > 1000, quick
+
+
+@pytest.mark.parametrize("datum, field", [
+    ({**GOOD, "message": 7.0}, "message"),
+    ({**GOOD, "user": 7.0}, "user"),
+    ({**GOOD, "completions": (("a",),)}, "completions"),
+    ({**GOOD, "completions": [("a",)]}, "completions[0]"),
+    ({**GOOD, "results": [("a", -1.0, None)], "verbatim": "a"}, "results[0]"),
+    ({**GOOD, "target": b"a"}, "target"),
+])
+def test_what_jsonschema_rs_alone_would_pass_is_refused(datum, field):
+    """JSON Schema's integers include 7.0, and jsonschema-rs takes a tuple for an array; the
+    log readers take neither."""
+    assert problem(datum).startswith(f"field {field}: "), problem(datum)
