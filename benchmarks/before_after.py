@@ -10,8 +10,8 @@ Cases: `lmc run` with the instant model (wc, we, and we writing Parquet) on KJV 
 `lmc-ngram train`), `lmc run` with that model in process too
 (`lmchallenge.model.ngram:NgramModel`: the evaluator and a Python model in one process, as
 `lmc-dist --in-process` workers run it; wc, we, and we writing Parquet as `lmc-dist`'s parts
-are). ``--only CASE,...`` runs those cases alone. Prints medians and the ratio new/old (median and best); the outputs (stdout, or the
-file after ``--output``) must be equal.
+are). ``--only CASE,...`` runs those cases alone. Prints medians and the ratio new/old
+(median and best); the outputs (stdout, or the file after ``--output``) must be equal.
 """
 
 from __future__ import annotations

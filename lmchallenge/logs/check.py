@@ -48,27 +48,29 @@ def _fast_validator() -> jsonschema_rs.Draft202012Validator:
     return jsonschema_rs.Draft202012Validator(schema())
 
 
-_INTEGER_FIELDS = ("user", "message", "token", "character")
-"""The schema's fields that may be integers: ``jsonschema-rs`` takes ``7.0`` for one, as JSON
-Schema does; the readers do not (:func:`_is_integer`)."""
-_ARRAY_FIELDS = ("completions", "results")
-"""The schema's arrays (of arrays): ``jsonschema-rs`` takes a Python tuple for one;
-``jsonschema``, and so the readers, only a list."""
+@functools.cache
+def _properties_of_type(kind: str) -> tuple[str, ...]:
+    """The schema's properties whose type is, or may be, ``kind`` (a JSON Schema type)."""
+    def types(spec: dict[str, Any]) -> list[str]:
+        found = spec.get("type", [])
+        return found if isinstance(found, list) else [found]
+    return tuple(name for name, spec in schema()["properties"].items() if kind in types(spec))
 
 
 def _surely_valid(datum: Any) -> bool:
     """Whether ``datum`` is valid by the schema as :func:`_schema_problem` judges it, decided
-    quickly: ``jsonschema-rs`` lets it through, no integer field is a float and every array
-    the schema describes is a list of lists.  False means "ask ``jsonschema``", not
-    "invalid"."""
+    quickly: ``jsonschema-rs`` lets it through, no property that may be an integer is a float
+    (it takes ``7.0`` for an integer, as JSON Schema does; the readers do not,
+    :func:`_is_integer`) and every array property is a list of lists (it takes a tuple for an
+    array; ``jsonschema`` only a list).  False means "ask ``jsonschema``", not "invalid"."""
     try:
         if not _fast_validator().is_valid(datum):
             return False
     except ValueError:        # a type with no JSON form (bytes, NumPy scalars, int keys)
         return False
-    if any(isinstance(datum.get(key), float) for key in _INTEGER_FIELDS):
+    if any(isinstance(datum.get(key), float) for key in _properties_of_type("integer")):
         return False
-    for key in _ARRAY_FIELDS:
+    for key in _properties_of_type("array"):
         value = datum.get(key)
         if value is not None and (type(value) is not list
                                   or any(type(item) is not list for item in value)):
@@ -97,41 +99,35 @@ def _schema_problem(datum: Any) -> str | None:
     return f"field {_field(error)}: {error.message}"
 
 
-def _non_finite(value: Any, path: str = "") -> str | None:
+def _non_finite(value: Any) -> str | None:
     """``field F: N is not a finite number`` for the first NaN or infinity in ``value``
     (JSON has no such numbers: ``NaN``/``Infinity`` in a jsonl log, or NaN in a Parquet
     float column, are read as such), or None."""
-    if _finite(value):        # (the common case, without the paths)
+    found = _first_non_finite(value)
+    if found is None:
         return None
+    steps, number = found
+    return f"field {''.join(steps).lstrip('.') or '(datum)'}: {number!r} is not a finite number"
+
+
+def _first_non_finite(value: Any) -> tuple[list[str], float] | None:
+    """The first NaN or infinity in ``value``, at any depth, with the steps to it (``.key``,
+    ``[index]``; made only on the way back from one found), or None."""
     if isinstance(value, float):
-        if math.isfinite(value):
-            return None
-        return f"field {path.lstrip('.') or '(datum)'}: {value!r} is not a finite number"
+        return None if math.isfinite(value) else ([], value)
     if isinstance(value, dict):
-        items: Iterable[tuple[str, Any]] = ((f".{key}", item) for key, item in value.items())
+        items: Iterable[tuple[Any, Any]] = value.items()
+        step = ".{}"
     elif isinstance(value, (list, tuple)):
-        items = ((f"[{index}]", item) for index, item in enumerate(value))
+        items, step = enumerate(value), "[{}]"
     else:
         return None
-    for step, item in items:
-        found = _non_finite(item, path + step)
-        if found is not None:
-            return found
+    for key, item in items:
+        if isinstance(item, float) and math.isfinite(item):
+            continue
+        if isinstance(item, (float, dict, list, tuple)):
+            found = _first_non_finite(item)
+            if found is not None:
+                found[0].insert(0, step.format(key))
+                return found
     return None
-
-
-def _finite(value: Any) -> bool:
-    """Whether ``value`` holds no NaN nor infinity, at any depth."""
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, dict):
-        value = value.values()
-    elif not isinstance(value, (list, tuple)):
-        return True
-    for item in value:
-        if isinstance(item, float):
-            if not math.isfinite(item):
-                return False
-        elif isinstance(item, (dict, list, tuple)) and not _finite(item):
-            return False
-    return True
