@@ -5,8 +5,8 @@
     python benchmarks/before_after.py --old-tree /tmp/old --repeat 5 [--ngram kjv.lm]
 
 Cases: `lmc run` with the instant model (wc, we, and we writing Parquet) on KJV lines, and
-`lmc stats`, `lmc validate` on a ~260k-row log as Parquet and as jsonl, and `lmc diff` and
-`lmc compare` of the jsonl log with itself; with ``--ngram MODEL`` (a file of
+`lmc stats`, `lmc validate` on a ~260k-row log as Parquet and as jsonl, `lmc diff` of the
+jsonl log with itself and `lmc compare` of each with itself; with ``--ngram MODEL`` (a file of
 `lmc-ngram train`), `lmc run` with that model in process too
 (`lmchallenge.model.ngram:NgramModel`: the evaluator and a Python model in one process, as
 `lmc-dist --in-process` workers run it; wc, we, and we writing Parquet as `lmc-dist`'s parts
@@ -76,7 +76,8 @@ def main() -> None:
                  "validate pq": [*lmc, "validate", str(parquet)],
                  "validate jsonl": [*lmc, "validate", str(big)],
                  "diff jsonl": [*lmc, "diff", str(big), str(big)],
-                 "compare jsonl": [*lmc, "compare", str(big), str(big)]}
+                 "compare jsonl": [*lmc, "compare", str(big), str(big)],
+                 "compare pq": [*lmc, "compare", str(parquet), str(parquet)]}
         if args.ngram is not None:
             in_process = ["lmchallenge.model.ngram:NgramModel", "-o",
                           f'{{"model": "{args.ngram.resolve()}"}}']

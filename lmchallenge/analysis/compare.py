@@ -90,8 +90,10 @@ class LogComparison:
 
 def check_same_data(baseline: str, logs: Sequence[str]) -> str | None:
     """Check that every log is of the baseline's data (``lmc diff``'s check,
-    :func:`lmchallenge.analysis.diff.pairs`), reading the two logs side by side (the
-    baseline once per log; neither is held in memory).
+    :func:`lmchallenge.analysis.diff.pairs`, and for ``wr`` the same typos): column-wise
+    where it can (:func:`lmchallenge.analysis.same_data.certainly_same`), otherwise reading
+    the two logs side by side, datum by datum (the baseline once per log; neither is held
+    in memory), which names the first difference.
 
     Args:
         baseline: path of the baseline log (any form ``lmc stats`` reads).
@@ -102,25 +104,21 @@ def check_same_data(baseline: str, logs: Sequence[str]) -> str | None:
         LogMismatchError: a log is not of the same data or game; the message starts with its path.
         InputError: a log cannot be read.
     """
-    from lmchallenge.logs.io import read_log
+    from lmchallenge.logs.io import first_datum, read_log
     from lmchallenge.analysis.pretty import detect_game
+    from lmchallenge.analysis.same_data import certainly_same
 
-    first, reranking = None, False
+    first = first_datum(baseline)
+    reranking = first is not None and detect_game(first) == "wr"
     for log in logs:
+        if certainly_same(baseline, log):
+            continue
         try:
             for number, (a, b) in enumerate(pairs(read_log(baseline), read_log(log)), start=1):
-                if number == 1:     # the baseline's first datum names the game
-                    first, reranking = a, detect_game(a) == "wr"
                 if reranking:
                     _same_typos(number, a, b)
         except LogMismatchError as error:
             raise LogMismatchError(f"{log}: {error}") from None
-    if not logs:
-        data = read_log(baseline)
-        try:
-            first = next(data, None)
-        finally:
-            getattr(data, "close", lambda: None)()     # a generator: its file closed now
     return detect_game(first) if first is not None else None
 
 

@@ -27,6 +27,31 @@ def read_log(path: str) -> Iterator[Datum]:
     return load_jsonlines(path)
 
 
+def first_datum(path: str) -> Datum | None:
+    """The first datum of a log (any form :func:`read_log` reads; None for an empty log),
+    reading no more of it than that: one row of a Parquet file, not a batch.
+
+    Raises:
+        InputError: as :func:`read_log`.
+    """
+    form = log_form(path)
+    if form == "run_dir":
+        for part in run_dir_parts(path):
+            datum = first_datum(str(part))
+            if datum is not None:
+                return datum
+        return None
+    if form == "parquet":
+        from lmchallenge.logs import parquet
+        data = parquet.iter_parquet(path, batch_rows=1)
+    else:
+        data = load_jsonlines(path)
+    try:
+        return next(data, None)
+    finally:
+        data.close()    # (its file closed now, not when collected)
+
+
 def log_argument(log: Any, data: Any, function: str) -> Any:
     """The log given to the analysis function named ``function`` as ``log``, or as ``data``,
     the name LM Challenge 5.x gave that argument (so that its scripts run unchanged).

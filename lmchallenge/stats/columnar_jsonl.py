@@ -89,7 +89,7 @@ def state_of_jsonl(path: str, block_bytes: int = BLOCK_BYTES, groups=None) -> st
     cache: dict[str, int] = {}
     try:
         with read_errors(path):
-            for block in columnar.prefetched(_parsed_blocks(path, block_bytes)):
+            for block in columnar.prefetched(parsed_blocks(path, block_bytes)):
                 if block.table is None:
                     text = io.TextIOWrapper(io.BytesIO(block.data), encoding="utf-8", newline="\n")
                     state.merge(stats.state_of_lines(text, path, block.first_line, groups))
@@ -110,7 +110,14 @@ def _located(path: str) -> None:
         pass
 
 
-def _parsed_blocks(path: str, block_bytes: int) -> Iterator[Block]:
+def parsed_blocks(path: str, block_bytes: int) -> Iterator[Block]:
+    """The log ``path`` in blocks of about ``block_bytes`` bytes of whole lines, each with
+    its columns where Arrow reads them exactly as the datum-by-datum reader would (see the
+    module's docstring; otherwise ``table`` is None).
+
+    Raises:
+        InputError: the log cannot be opened, is not gzip where named so, or is not text.
+    """
     users: str | None = None     # the type of user of the first datum, once read
     with open_binary(path) as stream:
         for first_line, data in _blocks(stream, block_bytes, path):
