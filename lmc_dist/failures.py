@@ -5,7 +5,8 @@ weights file) fails every partition alike, each after starting again (and again 
 ``--retries``): with 1,000 partitions that is 2,000 starts before the run says what it
 already knew.  :class:`StartFailures` tells the run to stop once
 :data:`ALIKE_AT_START` partitions have failed alike before their model's first answer, or
-alike because a worker cannot write into the run dir.
+alike because a worker cannot write into the run dir, or killed every worker that
+evaluated them, while none has succeeded.
 """
 
 from __future__ import annotations
@@ -45,11 +46,15 @@ def failure_messages(tasks: list[PartitionTask], errors: dict[int, BaseException
 
 def error_kind(error: BaseException) -> str:
     """What makes two partitions' errors the same: the model's reason and stderr tail, or
-    the input's name and reason (not where in the corpus it happened), or the error's text."""
+    the input's name and reason (not where in the corpus it happened), that the workers
+    evaluating it died (Dask's text names the task: QA, a crashing Python model gave one
+    message per partition), or the error's text."""
     if isinstance(error, ModelError):
         return f"model\0{error.command}\0{error.reason}\0{error.stderr_tail}"
     if isinstance(error, InputError):
         return f"input\0{error.path}\0{error.reason}"
+    if isinstance(error, KilledWorker):
+        return f"KilledWorker\0{error.allowed_failures}"
     if isinstance(error, OSError) and error.errno is not None:   # not the file it was about:
         return f"{type(error).__name__}\0errno {error.errno}"     # a temporary file's own name
     return f"{type(error).__name__}\0{error}"
@@ -61,8 +66,11 @@ def fails_at_start(error: BaseException) -> bool:
     be made (no request: :mod:`lmchallenge.model.spec`); not one stopped from outside.  Or
     a worker set up otherwise than the client (:class:`lmc_dist.worker.WorkerSetupError`:
     it cannot write into the run dir, or the model's files are others there; checked before
-    the model starts)."""
-    if isinstance(error, WorkerSetupError):
+    the model starts).  Or every worker that evaluated it died (:class:`KilledWorker`: a
+    Python model that crashes its worker's process; the run asks only while no partition
+    has succeeded, when two partitions that did so are the model, not their lines: QA, a
+    model that crashed on its first request had 60 workers restarted for 15 partitions)."""
+    if isinstance(error, (WorkerSetupError, KilledWorker)):
         return True
     if not isinstance(error, ModelError) or error.stopped or error.out_of_step:
         return False
@@ -76,6 +84,8 @@ def stop_reason(errors: dict[int, BaseException]) -> str:
         return "a worker could not write into the run dir"
     if any(isinstance(error, ModelFilesError) for error in errors.values()):
         return "a worker's model files are not the client's"
+    if any(isinstance(error, KilledWorker) for error in errors.values()):
+        return "the workers evaluating the first partitions died"
     return "the model failed alike as it started"
 
 

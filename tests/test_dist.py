@@ -295,6 +295,36 @@ def test_a_python_model_that_crashes_its_workers_is_named_with_its_partition(tmp
     assert re.search(r"^lmc-dist: error: 1 of \d+ partitions failed", err, re.M), err
 
 
+def test_a_python_model_that_crashes_at_once_stops_the_run(tmp_path):
+    """QA: a Python model that ended its worker's process at its first request had every
+    partition kill 4 workers (60 restarts for 15 partitions) and said so once per partition;
+    now two partitions whose workers all died, before any succeeded, stop the run, said once."""
+    (tmp_path / "ending.py").write_text(
+        "import os\n"
+        "class Ending:\n"
+        "    def predict(self, context, candidates):\n"
+        "        os._exit(3)\n")
+    (tmp_path / "c.txt").write_text("in the beginning was the word\n" * 40)
+    result = lmc_dist(["run", "ending:Ending", "we", "--input", "c.txt", "--run-dir", "run",
+                       "--workers", "2", "--partition-chars", "100", "--no-progress"],
+                      check=False, cwd=tmp_path)
+    err = result.stderr.decode()
+    assert result.returncode == 2, err
+    said = [line for line in err.splitlines() if line.startswith(("lmc-dist", "("))]
+    assert len(said) == 3, err
+    assert re.fullmatch(r"lmc-dist: error: partition \d+ \(lines .*\): the worker evaluating it "
+                        r"died, 4 times .* the Python model 'ending:Ending' runs in the worker's "
+                        r"own process, .*", said[0]), err
+    assert re.fullmatch(r"\(the same error stopped 1 more partition: \d+\)", said[1]), err
+    assert re.fullmatch(r"lmc-dist: error: the workers evaluating the first partitions died, so "
+                        r"the run stopped: 2 partitions failed, \d+ were not run and none is kept "
+                        r"in run: fix the cause and run again \(the next run there does not stop "
+                        r"so\)", said[2]), err
+    manifest = json.loads((tmp_path / "run" / "_manifest.json").read_text())
+    states = [p["state"] for p in manifest["partitions"]]
+    assert states.count("failed") == 2 and "done" not in states, states
+
+
 @pytest.mark.parametrize("workers, partition_chars, args", [
     (1, 3000, ["wc"]),
     (2, 3000, ["we", "--train"]),

@@ -395,6 +395,12 @@ def test_a_partition_whose_workers_all_died_says_what_may_have_killed_them(spec,
                                                           first_message=39, messages=5,
                                                           characters=10, users=1))
     died = KilledWorker("lmc-part-00003-abc", SimpleNamespace(address="tcp://127.0.0.1:1"), 2)
-    assert failure_messages([None, None, None, task], {3: died}) == [
-        "partition 3 (lines 40-44 of c.txt, first message 39): the worker evaluating it died, "
-        "3 times (on 3 workers: Dask's distributed.scheduler.allowed-failures is 2); " + why]
+    said = ("partition 3 (lines 40-44 of c.txt, first message 39): the worker evaluating it "
+            "died, 3 times (on 3 workers: Dask's distributed.scheduler.allowed-failures is 2); "
+            + why)
+    assert failure_messages([None, None, None, task], {3: died}) == [said]
+    # partitions whose workers died are said once (QA: a crashing model, one line each)
+    others = {i: KilledWorker(f"lmc-part-{i:05d}-abc", SimpleNamespace(address="tcp://h:1"), 2)
+              for i in (5, 9)}
+    assert failure_messages([task] * 10, {3: died, **others}) == [
+        said + "\n(the same error stopped 2 more partitions: 5, 9)"]
