@@ -198,3 +198,22 @@ def test_the_first_datum_of_every_form(tmp_path):
     parquet.write_parquet(data[5:9], str(run / "part-00001.parquet"), "wc")
     assert first_datum(str(run)) == data[5]
     assert first_datum(str(write_jsonl(tmp_path / "empty.jsonl", []))) is None
+
+
+def test_a_damaged_log_is_the_datum_checks_error(tmp_path, monkeypatch):
+    data = datums("we")
+    base = write_jsonl(tmp_path / "base.jsonl", data)
+    packed = gzip.compress(base.read_bytes())
+    for name, content in (("cut.jsonl.gz", packed[:len(packed) // 2]),
+                          ("garbled.jsonl.gz", packed[:40] + b"\0" * 64 + packed[104:]),
+                          ("latin1.jsonl", base.read_bytes().replace(b"the", b"th\xe9", 1))):
+        damaged = tmp_path / name
+        damaged.write_bytes(content)
+        assert not same_data.certainly_same(str(base), str(damaged)), name
+        with monkeypatch.context() as patch:
+            patch.setattr(same_data, "certainly_same", lambda *_: False)
+            with pytest.raises(LmcError) as datum_check:
+                compare.check_same_data(str(base), [str(damaged)])
+        with pytest.raises(LmcError) as checked:
+            compare.check_same_data(str(base), [str(damaged)])
+        assert str(checked.value) == str(datum_check.value), name

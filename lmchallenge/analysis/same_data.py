@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from lmchallenge.errors import LmcError
 from lmchallenge.logs import parquet
-from lmchallenge.logs.files import is_parquet_name, log_form, run_dir_parts
+from lmchallenge.logs.files import is_parquet_name, log_form, read_errors, run_dir_parts
 from lmchallenge.logs.io import first_datum
 from lmchallenge.logs.schema import COMMON_COLUMNS
 from lmchallenge.analysis.pretty import detect_game
@@ -112,17 +112,19 @@ def _tables(path: str, game: str | None) -> Iterator[pa.Table]:
             if batch.num_rows:
                 yield _compared(pa.Table.from_batches([batch]), game)
     else:
-        for block in parsed_blocks(path, BLOCK_BYTES):
-            if block.table is None:
-                raise _NotColumnar(path)
-            if block.table.num_rows:
-                yield _compared(block.table, game)
+        with read_errors(path):     # (a damaged .gz raises EOFError or zlib.error, say)
+            for block in parsed_blocks(path, BLOCK_BYTES):
+                if block.table is None:
+                    raise _NotColumnar(path)
+                if block.table.num_rows:
+                    yield _compared(block.table, game)
 
 
 def _compared(table: pa.Table, game: str | None) -> pa.Table:
-    """The columns compared, typed as the datum reader's Python values are: every integer
-    column as int64, strings as string, ``selected`` as booleans (no nulls); for ``wr``,
-    ``verbatim``, ``candidates`` (list<string>) and ``errors`` (list<float64>)."""
+    """The columns compared, typed as the datum reader's Python values are (:func:`_plain`):
+    ``user``, ``message``, ``token``, ``character``, ``target``, ``selected`` (booleans, no
+    nulls); for ``wr``, ``verbatim``, and ``candidates`` and ``errors``, lists of each
+    result's first and second fields (:func:`_typos`)."""
     rows = table.num_rows
 
     def column(name: str) -> pa.Array:

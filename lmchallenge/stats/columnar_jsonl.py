@@ -116,7 +116,10 @@ def parsed_blocks(path: str, block_bytes: int) -> Iterator[Block]:
     module's docstring; otherwise ``table`` is None).
 
     Raises:
-        InputError: the log cannot be opened, is not gzip where named so, or is not text.
+        InputError: the log's first block is not text.
+        OSError, EOFError, zlib.error, UnicodeDecodeError: the log cannot be read (a
+            missing file, a damaged ``.gz``: :func:`lmchallenge.logs.files.read_errors`
+            turns them into InputError).
     """
     users: str | None = None     # the type of user of the first datum, once read
     with open_binary(path) as stream:
