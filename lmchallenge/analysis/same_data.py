@@ -31,9 +31,6 @@ from lmchallenge.logs.schema import COMMON_COLUMNS
 from lmchallenge.analysis.pretty import detect_game
 from lmchallenge.stats.columnar_jsonl import BLOCK_BYTES, parsed_blocks
 
-_INTEGERS = ("message", "token", "character")
-
-
 class _NotColumnar(Exception):
     """A part of a log that only the datum-by-datum reader reads as it should be read."""
 
@@ -132,9 +129,7 @@ def _compared(table: pa.Table, game: str | None) -> pa.Table:
             return pa.nulls(rows)
         return table.column(name).combine_chunks()
 
-    columns = {"user": _plain(column("user"))}
-    columns.update((name, column(name).cast(pa.int64())) for name in _INTEGERS)
-    columns["target"] = _plain(column("target"))
+    columns = {name: _plain(column(name)) for name in COMMON_COLUMNS}
     select = column("select")
     columns["selected"] = (pa.array(np.ones(rows, dtype=bool)) if pa.types.is_null(select.type)
                            else pc.or_kleene(pc.is_null(select), select))

@@ -12,18 +12,22 @@ from lmchallenge.logs.jsonl import dump_jsonlines, load_jsonlines
 from lmchallenge.logs.schema import Datum
 
 
-def read_log(path: str) -> Iterator[Datum]:
+def read_log(path: str, batch_rows: int | None = None) -> Iterator[Datum]:
     """Read any log form (jsonl, jsonl.gz, parquet, run directory, ``-``) as datum dicts.
 
+    Args:
+        path: the log.
+        batch_rows: rows of a Parquet file decoded at once (None: a row group's worth,
+            :data:`lmchallenge.logs.parquet.ROW_GROUP_ROWS`).
     Raises:
         InputError: the path does not exist or is not a readable log.
     """
     form = log_form(path)
     if form == "run_dir":
-        return _iter_parts(run_dir_parts(path))
+        return _iter_parts(run_dir_parts(path), batch_rows)
     if form == "parquet":
         from lmchallenge.logs import parquet  # imports pyarrow: only for Parquet
-        return parquet.iter_parquet(path)
+        return parquet.iter_parquet(path, batch_rows or parquet.ROW_GROUP_ROWS)
     return load_jsonlines(path)
 
 
@@ -34,18 +38,7 @@ def first_datum(path: str) -> Datum | None:
     Raises:
         InputError: as :func:`read_log`.
     """
-    form = log_form(path)
-    if form == "run_dir":
-        for part in run_dir_parts(path):
-            datum = first_datum(str(part))
-            if datum is not None:
-                return datum
-        return None
-    if form == "parquet":
-        from lmchallenge.logs import parquet
-        data = parquet.iter_parquet(path, batch_rows=1)
-    else:
-        data = load_jsonlines(path)
+    data = read_log(path, batch_rows=1)
     try:
         return next(data, None)
     finally:
@@ -65,9 +58,9 @@ def log_argument(log: Any, data: Any, function: str) -> Any:
     return data if log is None else log
 
 
-def _iter_parts(parts: list[Path]) -> Iterator[Datum]:
+def _iter_parts(parts: list[Path], batch_rows: int | None = None) -> Iterator[Datum]:
     for part in parts:
-        yield from read_log(str(part))
+        yield from read_log(str(part), batch_rows)
 
 
 def write_log(data: Iterable[Datum], path: str, game: str | None = None,
