@@ -13,6 +13,7 @@ import math
 import os
 import random
 import subprocess
+import threading
 import zlib
 from pathlib import Path
 
@@ -622,10 +623,8 @@ def test_an_unreachable_scheduler_is_one_line_and_a_bad_corpus_is_named_first(
 
 # -- a corpus that can be read only once (a pipe) --------------------------------------------
 
-def fifo_of(tmp_path: Path, data: bytes) -> tuple[Path, "threading.Thread"]:
+def fifo_of(tmp_path: Path, data: bytes) -> tuple[Path, threading.Thread]:
     """A named pipe that a thread fills with ``data`` once a reader opens it."""
-    import threading
-
     fifo = tmp_path / "corpus.fifo"
     os.mkfifo(fifo)
 
@@ -779,6 +778,10 @@ def test_options_that_are_neither_json_nor_a_file_say_so(tmp_path):
     assert missing.returncode == 2 and missing.stderr.decode().rstrip().endswith(
         "Error: Invalid value for '-o' / '--options': not JSON, nor a file of that name: "
         "Expecting value: line 1 column 1 (char 0)")
+    log = run(LMC, "run", toy_model_command(), "we", "-o", "out.jsonl.gz", stdin=b"a\n")
+    assert log.returncode == 2 and log.stderr.decode().rstrip().endswith(
+        "not JSON, nor a file of that name: Expecting value: line 1 column 1 (char 0) "
+        "(a log is written with --output, not -o)")
     bad = run(LMC, "run", "-o", str(tmp_path / "bad.json"), toy_model_command(), "we", stdin=b"a\n")
     assert bad.returncode == 2 and f"'--options': {tmp_path / 'bad.json'}: not JSON: " in bad.stderr.decode()
 

@@ -392,7 +392,7 @@ def test_the_documented_differences_in_vocabulary_and_answers(reference_lmc, tmp
                            str(vocabulary), str(corpus)])
 
     def reference(vocabulary: Path) -> set[str]:
-        return candidates(["sh", "-c", f'"$0" run "$1" wr "$2" -p 1e-12 < "$3"', str(reference_lmc),
+        return candidates(["sh", "-c", '"$0" run "$1" wr "$2" -p 1e-12 < "$3"', str(reference_lmc),
                            toy_model_command(), str(vocabulary), str(corpus)])
 
     assert ours(marked) == ours(plain) == reference(plain)
@@ -426,7 +426,7 @@ def test_the_documented_differences_in_vocabulary_and_answers(reference_lmc, tmp
     def lm_scores(out: bytes) -> set:
         return {row[2] for line in out.splitlines() for row in json.loads(line)["results"]}
     ours_twice = run_lmc("run", command, "wr", "-p", "1e-12", str(plain), str(corpus)).stdout
-    ref_twice = subprocess.run(["sh", "-c", f'"$0" run "$1" wr "$2" -p 1e-12 < "$3"', str(reference_lmc),
+    ref_twice = subprocess.run(["sh", "-c", '"$0" run "$1" wr "$2" -p 1e-12 < "$3"', str(reference_lmc),
                                 command, str(plain), str(corpus)], capture_output=True, check=True).stdout
     assert (lm_scores(ours_twice), lm_scores(ref_twice)) == ({-1.0}, {-2.0})
 

@@ -53,10 +53,18 @@ class JsonOption(click.ParamType):
         try:
             return json.loads(value)
         except ValueError as e:
-            self.fail(f"not JSON, nor a file of that name: {e}", param, ctx)
+            hint = " (a log is written with --output, not -o)" if _names_a_log(value) else ""
+            self.fail(f"not JSON, nor a file of that name: {e}{hint}", param, ctx)
 
     def get_metavar(self, param, ctx=None) -> str:
         return "JSON"
+
+
+def _names_a_log(value: str) -> bool:
+    """Whether ``value`` reads as a log's file name (.jsonl, .jsonl.gz, .parquet): what a user
+    who took ``lmc run``'s ``-o`` (``--options``, as in LM Challenge 5.x) for ``--output``
+    gives it."""
+    return value.lower().endswith((".jsonl", ".jsonl.gz", ".gz", ".parquet", ".pq"))
 
 
 class FiniteFloatRange(click.FloatRange):
