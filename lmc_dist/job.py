@@ -269,6 +269,9 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
     (when all of them succeeded); the report's ``seconds`` is left for the caller.  With
     ``may_stop_early`` the run stops when its model fails alike as it starts
     (:func:`_run_partitions`)."""
+    resumed = scanned.groups.warning(job.input)
+    if resumed is not None:
+        LOG.warning("%s", resumed)
     if job.out_format == "parquet":
         scanned.users.check_parquet(job.input, "write the parts as jsonl (--part-format jsonl)")
     if job.output and file_form(job.output) == "parquet":

@@ -52,8 +52,8 @@ import fsspec
 import numpy as np
 
 from lmchallenge.corpus import (BOM, EMPTY_GZIP, READ_ERRORS, FileVersion, Message, decode_lines,
-                                 file_version, first_non_blank, is_gzip_name, is_stream,
-                                 json_row_fields, parse_json_row, whole_line_blocks)
+                                 UserGroups, file_version, first_non_blank, is_gzip_name,
+                                 is_stream, json_row_fields, parse_json_row, whole_line_blocks)
 from lmchallenge.corpus import detect_format as corpus_format_of
 from lmchallenge.errors import InputError
 from lmchallenge.logs.parquet import a_kind, mixed_users_message, user_kind, wide_user_message
@@ -111,6 +111,7 @@ class ScanResult:
         messages, characters: totals.
         size: the size the partitions were cut at.
         users: the types of the corpus' users.
+        groups: the corpus' user groups (a json corpus'; none for plain text).
         version: the :data:`lmchallenge.corpus.FileVersion` of ``path`` before it was read
             (None for a URL): the run checks that it is the same when its partitions are done.
     """
@@ -123,6 +124,7 @@ class ScanResult:
     characters: int
     size: PartitionSize | None = None
     users: UserTypes = field(default_factory=lambda: UserTypes())
+    groups: UserGroups = field(default_factory=lambda: UserGroups())
     version: FileVersion | None = None
 
 
@@ -564,15 +566,17 @@ def _cut(path: str, fmt: str, size: PartitionSize | ForCluster, train: bool, wor
         if isinstance(size, ForCluster):
             size = size.resolve(per_byte * (total_bytes or SAMPLE_BYTES))
     cutter = _Cutter(size, train, total_bytes=total_bytes, queries_per_byte=per_byte)
-    users = UserTypes()
+    users, groups = UserTypes(), UserGroups()
     for block in itertools.chain(sampled, blocks):
         cutter.add_block(block)
         if block.users is not None:
-            users.add_all(block.users, block.rows + block.first_line)
+            lines = block.rows + block.first_line
+            users.add_all(block.users, lines)
+            groups.add_all(zip(block.users, lines.tolist()))
     partitions = cutter.finish()
     return ScanResult(path=plain, corpus_format=fmt, sha256="", partitions=partitions,
                       messages=sum(p.messages for p in partitions),
-                      characters=sum(p.characters for p in partitions), size=size, users=users,
+                      characters=sum(p.characters for p in partitions), size=size, users=users, groups=groups,
                       version=before if plain == path else file_version(plain))
 
 

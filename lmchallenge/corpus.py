@@ -25,8 +25,8 @@ import stat
 import sys
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import BinaryIO
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
 
 from lmchallenge.errors import InputError, json_problem
 
@@ -61,6 +61,54 @@ class Message:
     text: str
     timestamp: float | int | None = None
     line: int = 0
+
+
+@dataclass
+class UserGroups:
+    """The groups of a corpus (runs of consecutive rows of one user: LM Challenge 5.x's
+    grouping, docs/formats.md), and the first row where a user's rows resume after other
+    users' rows: a corpus in time order, its users' rows interleaved, makes a group of each
+    run of a user's rows, so ``users`` (a statistic that counts groups) counts runs and
+    ``--train`` clears the model before each run. Fed row by row (:meth:`add_all`), in order.
+
+    Attributes:
+        groups: the groups so far.
+        users: the distinct users so far (``None``: rows without a user).
+        resumed: the line and user of the first row whose user had a group before, or None.
+    """
+
+    groups: int = 0
+    users: set[str | int | None] = field(default_factory=set)
+    resumed: tuple[int, str | int | None] | None = None
+    _current: Any = field(default=None, repr=False)
+
+    def add_all(self, rows: Iterable[tuple[str | int | None, int]]) -> int:
+        """Note ``rows``, each as its user and its line (1-based); returns how many."""
+        current, groups, seen, count = self._current, self.groups, self.users, 0
+        for user, line in rows:
+            count += 1
+            if groups and user == current and type(user) is type(current):
+                continue
+            groups += 1
+            current = user
+            if user not in seen:
+                seen.add(user)
+            elif self.resumed is None:
+                self.resumed = (int(line), user)
+        self._current, self.groups = current, groups
+        return count
+
+    def warning(self, name: str) -> str | None:
+        """What to say of a corpus (``name``: as messages name it) whose users' rows are
+        not each consecutive, or None where they are."""
+        if self.resumed is None:
+            return None
+        line, user = self.resumed
+        return (f"{name}:{line}: user {json.dumps(user)} comes back after other users' rows: "
+                f"as in LM Challenge 5.x, a group is a run of one user's consecutive rows, so "
+                f"the corpus' {len(self.users):,} users make {self.groups:,} groups; lmc stats "
+                f"counts each as a user, and --train clears the model before each. For one "
+                f"group a user, sort the corpus by user, keeping each user's rows in order")
 
 
 def not_text(start: bytes) -> str | None:

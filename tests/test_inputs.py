@@ -369,6 +369,29 @@ def test_integer_and_string_users_stay_apart(tmp_path):
                  f'{corpus}:1: "user"/"userId" must be a string, an integer or null')
 
 
+def test_a_user_whose_rows_come_back_is_said_by_lmc_dist_as_by_lmc_run(tmp_path):
+    rows = [{"user": f"u{i % 3}", "timestamp": i, "text": "a b"} for i in range(12)]
+    corpus = write_rows(tmp_path / "t.jsonl", rows)     # in time order: users interleaved
+    said = (f'{corpus}:4: user "u0" comes back after other users\' rows: as in LM Challenge '
+            "5.x, a group is a run of one user's consecutive rows, so the corpus' 3 users make "
+            "12 groups; lmc stats counts each as a user, and --train clears the model before "
+            "each. For one group a user, sort the corpus by user, keeping each user's rows in order")
+    single = run(LMC, "run", "-t", toy_model_command(), "we", str(corpus))
+    assert single.returncode == 0 and single.stderr.decode() == f"WARNING\t{said}\n"
+    dist = run(LMC_DIST, "run", toy_model_command(), "we", "-t", "--input", str(corpus),
+               "--run-dir", str(tmp_path / "run"), "--workers", "1", "--output", str(tmp_path / "d.jsonl"))
+    assert dist.returncode == 0 and f"WARNING\t{said}\n" in dist.stderr.decode()
+    assert (tmp_path / "d.jsonl").read_bytes() == single.stdout
+    assert json.loads(dist.stdout)["users"] == 12           # (5.x's count: runs of a user)
+    rows.sort(key=lambda row: row["user"])                  # sorted by user: one group each
+    write_rows(corpus, rows)
+    for result in (run(LMC, "run", "-t", toy_model_command(), "we", str(corpus)),
+                   run(LMC_DIST, "run", toy_model_command(), "we", "-t", "--input", str(corpus),
+                       "--run-dir", str(tmp_path / "sorted"), "--workers", "1")):
+        assert result.returncode == 0 and "WARNING" not in result.stderr.decode()
+    assert json.loads(result.stdout)["users"] == 3
+
+
 @pytest.mark.reference
 def test_integer_users_as_the_reference_logs_them(tmp_path, reference_lmc):
     corpus = write_rows(tmp_path / "u.jsonl", [{"user": 1, "text": "a b"}, {"user": "1", "text": "c"}])

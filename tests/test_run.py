@@ -67,11 +67,36 @@ def test_same_log_as_reference_when_training_per_user(game, reference_lmc, tmp_p
 def test_user_groups_and_message_numbers():
     rows = [{"userId": "a", "text": "one two"}, {"userId": "a", "text": "three"},
             {"user": "b", "text": "four"}, {"userId": "a", "text": "five"}]
-    log = [json.loads(line) for line in run_lmc("run", toy_model_command(), "we",
-                                                stdin=marked_up(rows)).stdout.splitlines()]
+    result = run_lmc("run", toy_model_command(), "we", stdin=marked_up(rows))
+    log = [json.loads(line) for line in result.stdout.splitlines()]
     assert [(d["user"], d["message"], d["token"], d["character"], d["target"]) for d in log] == [
         ("a", 0, 0, 0, "one"), ("a", 0, 1, 4, "two"), ("a", 1, 0, 0, "three"),
         ("b", 0, 0, 0, "four"), ("a", 0, 0, 0, "five")]
+    # "a" comes back: said (a corpus in time order is not grouped by user), the log as 5.x's
+    assert result.stderr.decode() == (
+        "WARNING\t<stdin>:4: user \"a\" comes back after other users' rows: as in LM Challenge "
+        "5.x, a group is a run of one user's consecutive rows, so the corpus' 2 users make 3 "
+        "groups; lmc stats counts each as a user, and --train clears the model before each. For "
+        "one group a user, sort the corpus by user, keeping each user's rows in order\n")
+
+
+@pytest.mark.parametrize("rows, groups, resumed", [
+    ([], 0, None),
+    ([None, None, None], 1, None),                   # plain text: one group
+    (["a", "a", "b", "b", 1, "1", None], 5, None),   # 1 and "1" are different users
+    (["a", "b", "a", "b"], 4, (3, "a")),             # the first that comes back
+    ([1, "1", 1], 3, (3, 1)),
+    ([None, "a", None], 3, (3, None)),
+])
+def test_user_groups_count_runs_and_find_the_first_user_that_comes_back(rows, groups, resumed):
+    from lmchallenge.corpus import UserGroups
+    tracker = UserGroups()
+    half = len(rows) // 2           # fed in two pieces, as lmc-dist's scan feeds its blocks
+    assert tracker.add_all((user, i + 1) for i, user in enumerate(rows[:half])) == half
+    tracker.add_all((user, half + i + 1) for i, user in enumerate(rows[half:]))
+    assert (tracker.groups, tracker.resumed) == (groups, resumed)
+    assert len(tracker.users) == len({(type(u), u) for u in rows})
+    assert (tracker.warning("c") is None) == (resumed is None)
 
 
 def test_training_waits_for_rows_sharing_a_timestamp():

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from lmchallenge.corpus import (FileVersion, Message, check_unchanged, file_version, input_name,
-                                is_stream, read_corpus)
+from lmchallenge.corpus import (FileVersion, Message, UserGroups, check_unchanged, file_version,
+                                input_name, is_stream, read_corpus)
 from lmchallenge.games.runner import run_game
 from lmchallenge.games.spec import GameSpec
 from lmchallenge.logs.files import check_writable
@@ -53,12 +53,22 @@ def validated_messages(path: str, fmt: str) -> tuple[int, Iterator[Message] | li
     memory; a file is read twice, and the second read fails when it is over if the file
     changed since the first began (:func:`lmchallenge.corpus.check_unchanged`: truncated,
     rewritten or replaced under the run, it would give a log of part of the corpus)."""
+    groups = UserGroups()
     if is_stream(path):
         messages = list(read_corpus(path, fmt))
+        groups.add_all((m.user, m.line) for m in messages)
+        _warn_resumed(groups, path)
         return len(messages), messages
     before = file_version(path)
-    count = sum(1 for _ in read_corpus(path, fmt))
+    count = groups.add_all((m.user, m.line) for m in read_corpus(path, fmt))
+    _warn_resumed(groups, path)
     return count, _checked(path, fmt, before, count)
+
+
+def _warn_resumed(groups: UserGroups, path: str) -> None:
+    warning = groups.warning(input_name(path))
+    if warning is not None:
+        LOG.warning("%s", warning)
 
 
 def _checked(path: str, fmt: str, before: FileVersion | None, count: int) -> Iterator[Message]:
