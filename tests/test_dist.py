@@ -310,8 +310,8 @@ def test_a_python_model_that_crashes_at_once_stops_the_run(tmp_path):
                       check=False, cwd=tmp_path)
     err = result.stderr.decode()
     assert result.returncode == 2, err
-    said = [line for line in err.splitlines() if line.startswith(("lmc-dist", "("))]
-    assert len(said) == 3, err
+    said = err.splitlines()     # only lmc-dist's lines: not the scheduler's broadcast to a
+    assert len(said) == 3, err  # dead worker, nor a worker restarted as the cluster closes
     assert re.fullmatch(r"lmc-dist: error: partition \d+ \(lines .*\): the worker evaluating it "
                         r"died, 4 times .* the Python model 'ending:Ending' runs in the worker's "
                         r"own process, .*", said[0]), err
