@@ -69,8 +69,9 @@ def workers_back(client: Client, workers: int, timeout: float = RESTART_GRACE_SE
     workers again: a worker that its nanny restarts (after a model killed it) while the
     embedded cluster closes prints Dask's INFO start lines and a ``ConnectionPool is
     closed`` traceback (a race in Dask's close; QA: 1 run in 6 of a Python model that ends
-    its process).  Immediate where none is being restarted; not after a Ctrl-C (the
-    ``yield`` above raises then)."""
+    its process).  Immediate where none is being restarted.  Only after a run that ended
+    with its report (failed partitions included): not after a Ctrl-C or an error of the
+    cluster, which ``yield`` raises, and which must not wait."""
     with contextlib.suppress(Exception):    # (TimeoutError: closing anyway)
         client.wait_for_workers(workers, timeout=timeout)
 
