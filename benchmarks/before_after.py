@@ -6,7 +6,8 @@
 
 Cases: `lmc run` with the instant model (wc, we, and we writing Parquet) on KJV lines, and
 `lmc stats`, `lmc validate` on a ~260k-row log as Parquet and as jsonl, `lmc diff` of the
-jsonl log with itself and `lmc compare` of each with itself; with ``--ngram MODEL`` (a file of
+jsonl log with itself, `lmc compare` of each with itself and `lmc convert` of the jsonl log to
+Parquet; with ``--ngram MODEL`` (a file of
 `lmc-ngram train`), `lmc run` with that model in process too
 (`lmchallenge.model.ngram:NgramModel`: the evaluator and a Python model in one process, as
 `lmc-dist --in-process` workers run it; wc, we, and we writing Parquet as `lmc-dist`'s parts
@@ -77,7 +78,8 @@ def main() -> None:
                  "validate jsonl": [*lmc, "validate", str(big)],
                  "diff jsonl": [*lmc, "diff", str(big), str(big)],
                  "compare jsonl": [*lmc, "compare", str(big), str(big)],
-                 "compare pq": [*lmc, "compare", str(parquet), str(parquet)]}
+                 "compare pq": [*lmc, "compare", str(parquet), str(parquet)],
+                 "convert pq": [*lmc, "convert", str(big), "--output", "converted.parquet"]}
         if args.ngram is not None:
             in_process = ["lmchallenge.model.ngram:NgramModel", "-o",
                           f'{{"model": "{args.ngram.resolve()}"}}']

@@ -74,6 +74,18 @@ def test_the_same_log_in_every_form_is_the_same_data(game, tmp_path):
             assert same_data.certainly_same(str(a), str(b)) is expected, (a, b)
 
 
+def mutated(data: list[dict], key: str, value, rng: random.Random) -> list[dict]:
+    """A copy of ``data`` with ``key`` of one datum (chosen by ``rng``) set to ``value``, or
+    removed where ``value`` is ``"missing"``."""
+    changed = copy.deepcopy(data)
+    datum = changed[rng.randrange(len(changed))]
+    if value == "missing":
+        datum.pop(key, None)
+    else:
+        datum[key] = value
+    return changed
+
+
 def mutants(data: list[dict], game: str, rng: random.Random) -> list[tuple[str, list[dict]]]:
     """Changed copies of ``data``: each of the compared keys given another value or type,
     rows dropped or added, the selection changed, and for wr the typos and candidates."""
@@ -82,13 +94,7 @@ def mutants(data: list[dict], game: str, rng: random.Random) -> list[tuple[str, 
               True, False]
     for key in ("user", "message", "token", "character", "target", "select"):
         for value in values + ["missing"]:
-            changed = copy.deepcopy(data)
-            datum = changed[rng.randrange(len(changed))]
-            if value == "missing":
-                datum.pop(key, None)
-            else:
-                datum[key] = value
-            out.append((f"{key}={value!r}", changed))
+            out.append((f"{key}={value!r}", mutated(data, key, value, rng)))
     out.append(("a row fewer", data[:-1]))
     out.append(("a row more", data + data[-1:]))
     out.append(("first row dropped", data[1:]))

@@ -7,7 +7,7 @@ and its candidates with their error scores) with Arrow, batch by batch, and comp
 logs' batches whole (:meth:`pyarrow.ChunkedArray.equals`: values, nulls and types).  It
 answers only "certainly the same data" or "not known": wherever a log cannot be read
 column-wise exactly as the datum-by-datum reader reads it (a jsonlines block that
-:func:`lmchallenge.stats.columnar_jsonl.parsed_blocks` leaves to that reader, ``wr``
+:func:`lmchallenge.logs.jsonl_columns.parsed_blocks` leaves to that reader, ``wr``
 jsonlines logs, a null list of results, a file that cannot be read) or anything differs,
 the caller checks datum by datum, which finds the difference and names it.  So every
 message, and every log refused, is that of the datum-by-datum check.
@@ -29,7 +29,7 @@ from lmchallenge.logs.files import is_parquet_name, log_form, read_errors, run_d
 from lmchallenge.logs.io import first_datum
 from lmchallenge.logs.schema import COMMON_COLUMNS
 from lmchallenge.analysis.pretty import detect_game
-from lmchallenge.stats.columnar_jsonl import BLOCK_BYTES, parsed_blocks
+from lmchallenge.logs.jsonl_columns import BLOCK_BYTES, parsed_blocks
 
 class _NotColumnar(Exception):
     """A part of a log that only the datum-by-datum reader reads as it should be read."""

@@ -18,6 +18,7 @@ import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
+from lmchallenge.corpus import is_stream
 from lmchallenge.errors import InputError
 from lmchallenge.logs.files import (atomic_path, check_writable, is_gzip_name, is_parquet_name,
                                    open_output, run_dir_parts)
@@ -58,7 +59,22 @@ def convert(source: str, destination: str, game: str | None = None) -> int:
         _nulls_refused(read_log(part), part) for part in parts))
     if game is None and first is not None:
         game = detect_game(first)
+    if not run_dir and game is not None:
+        written = _columns_written(source, destination, game)
+        if written is not None:
+            return written
     return write_log(data, destination, game=game)
+
+
+def _columns_written(source: str, destination: str, game: str) -> int | None:
+    """The rows of the jsonl log file ``source`` written to the Parquet ``destination``
+    column-wise (:func:`lmchallenge.logs.parquet_from_jsonl.write_columns`: 3-7x faster),
+    or None where the datum path must write it (another form, standard input, a log not
+    certainly written so)."""
+    if not is_parquet_name(destination) or log_form(source) == ".parquet" or is_stream(source):
+        return None
+    from lmchallenge.logs.parquet_from_jsonl import write_columns
+    return write_columns(source, destination, game)
 
 
 NULLABLE = frozenset({"user", "logp", "select"})
@@ -124,6 +140,8 @@ written, have one more dot in front)."""
 def convert_file(source: str, destination: str, game: str | None) -> None:
     """Write the log file ``source`` again as ``destination``, in the form its name says
     (a datum with a null where a log has a value refused: :func:`_nulls_refused`)."""
+    if game is not None and _columns_written(source, destination, game) is not None:
+        return
     write_log(_nulls_refused(read_log(source), source), destination, game=game)
 
 
@@ -202,26 +220,14 @@ def _append(source: str, out, decompress: bool) -> int:
 def _join_parquet(sources: Sequence[str], destination: str) -> int:
     """Copy the Parquet files ``sources`` table by table into one, in row groups of
     ``ROW_GROUP_ROWS``; returns the number of rows."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from lmchallenge.logs.parquet import ROW_GROUP_ROWS, read_whole
+    from lmchallenge.logs.parquet import GroupedWriter, read_whole
 
-    schema = pq.read_schema(sources[0])
-    total = 0
-    with pq.ParquetWriter(destination, schema, write_page_checksum=True) as writer:
-        pending: list[pa.Table] = []
-        rows = 0
+    writer = GroupedWriter(destination, pq.read_schema(sources[0]))
+    try:
         for source in sources:
-            table = read_whole(source, schema)
-            pending.append(table)
-            rows += table.num_rows
-            total += table.num_rows
-            if rows >= ROW_GROUP_ROWS:
-                whole = pa.concat_tables(pending)
-                cut = rows - rows % ROW_GROUP_ROWS
-                writer.write_table(whole.slice(0, cut), row_group_size=ROW_GROUP_ROWS)
-                pending, rows = [whole.slice(cut)], rows - cut
-        if rows:
-            writer.write_table(pa.concat_tables(pending), row_group_size=ROW_GROUP_ROWS)
-    return total
+            writer.add(read_whole(source, writer.schema))
+    finally:
+        writer.close()
+    return writer.rows

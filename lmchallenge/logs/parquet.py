@@ -300,6 +300,46 @@ def _write_group(writer: pq.ParquetWriter | None, tmp: str, group: list[pa.Recor
     return writer
 
 
+class GroupedWriter:
+    """Tables of one schema written to a Parquet file in row groups of ``row_group_rows``
+    rows (the last one shorter), however many rows each table has: the layout of
+    :func:`write_parquet`.  ``close`` writes the last row group.
+
+    Args:
+        path: the file (written as it is: the caller makes it atomic).
+        schema: the tables' schema.
+        row_group_rows: rows per row group (positive).
+    Attributes:
+        rows: the rows added so far.
+    """
+
+    def __init__(self, path: str, schema: pa.Schema, row_group_rows: int = ROW_GROUP_ROWS):
+        self.schema = schema
+        self.rows = 0
+        self._group_rows = row_group_rows
+        self._writer = pq.ParquetWriter(path, schema, write_page_checksum=True)
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
+
+    def add(self, table: pa.Table) -> None:
+        """Append ``table`` (of :attr:`schema`), writing every whole row group it completes."""
+        self._pending.append(table)
+        self._pending_rows += table.num_rows
+        self.rows += table.num_rows
+        if self._pending_rows >= self._group_rows:
+            whole = pa.concat_tables(self._pending)
+            cut = self._pending_rows - self._pending_rows % self._group_rows
+            self._writer.write_table(whole.slice(0, cut), row_group_size=self._group_rows)
+            self._pending, self._pending_rows = [whole.slice(cut)], self._pending_rows - cut
+
+    def close(self) -> None:
+        """Write the last row group and close the file."""
+        if self._pending_rows:
+            self._writer.write_table(pa.concat_tables(self._pending), row_group_size=self._group_rows)
+            self._pending, self._pending_rows = [], 0
+        self._writer.close()
+
+
 def _retyped_users(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     """``batch`` (converted before the users' type was known: no user) with ``schema``'s user
     column type."""

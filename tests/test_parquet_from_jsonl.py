@@ -1,0 +1,118 @@
+"""`lmc convert LOG.jsonl -o LOG.parquet` column-wise (lmchallenge.logs.parquet_from_jsonl):
+the file it writes is byte for byte the datum-by-datum conversion's, and wherever that
+conversion refuses a log, or the log is not certainly written so, nothing is written
+column-wise and the datum path answers, with its error (mutants of every game's logs)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from lmchallenge.errors import LmcError
+from lmchallenge.logs import parquet_from_jsonl
+from lmchallenge.logs.convert import convert
+from test_same_data import PRETTY, datums, mutants, mutated
+from test_stats import write_jsonl
+
+GAMES = ("wc", "we", "ce")
+
+
+def outcome(src: Path, dst: Path, monkeypatch, column_wise: bool) -> bytes | str:
+    """What ``lmc convert src -o dst`` leaves: the file's bytes, or its error."""
+    dst.unlink(missing_ok=True)
+    with monkeypatch.context() as patch:
+        if not column_wise:
+            patch.setattr(parquet_from_jsonl, "write_columns", lambda *_, **__: None)
+        try:
+            convert(str(src), str(dst))
+        except LmcError as error:
+            assert not dst.exists()
+            return str(error).replace(str(src), "SRC").replace(str(dst), "DST")
+    return dst.read_bytes()
+
+
+def logs_of(game: str) -> list[tuple[str, list[dict]]]:
+    """Real logs of ``game``: plain text (no users), string users, integer users."""
+    plain = datums(game)
+    rails = [json.loads(line) for line in (PRETTY / f"rails.{'wc' if game == 'wc' else 'we'}.jsonl")
+             .read_text().splitlines()] if game != "ce" else []
+    out = [("plain", plain)]
+    if rails:
+        numbers = {name: i for i, name in enumerate(sorted({d["user"] for d in rails}))}
+        out += [("users", rails), ("integer users", [dict(d, user=numbers[d["user"]]) for d in rails])]
+    return out
+
+
+@pytest.mark.parametrize("game", GAMES)
+def test_real_logs_are_written_column_wise_as_datum_by_datum(game, tmp_path, monkeypatch):
+    for name, data in logs_of(game):
+        for packed in (False, True):
+            src = write_jsonl(tmp_path / "log.jsonl", data)
+            if packed:
+                src = tmp_path / "log.jsonl.gz"
+                src.write_bytes(gzip.compress((tmp_path / "log.jsonl").read_bytes()))
+            slow = outcome(src, tmp_path / "slow.parquet", monkeypatch, column_wise=False)
+            assert isinstance(slow, bytes), (name, slow)
+            # column-wise indeed, in blocks of any size, and the same bytes
+            for block_bytes in (1 << 24, 2000, 1):
+                fast = tmp_path / f"fast{block_bytes}.parquet"
+                rows = parquet_from_jsonl.write_columns(str(src), str(fast), game, block_bytes)
+                assert rows == len(data) and fast.read_bytes() == slow, (name, block_bytes)
+            assert outcome(src, tmp_path / "cli.parquet", monkeypatch, column_wise=True) == slow
+
+
+def convert_mutants(data: list[dict], game: str, rng: random.Random) -> list[tuple[str, list[dict]]]:
+    """What a log may hold that the datum path refuses or reads otherwise than Arrow: the
+    compared keys' mutants, and the payload's (a null, missing, another game's key)."""
+    out = mutants(data, game, rng)
+    payload, other = ("completions", "logp") if game == "wc" else ("logp", "completions")
+    for key, value in ((payload, None), (payload, "missing"), (other, None), (other, -1.0),
+                       (other, [["a"]]), ("extra", 1), ("logp", "-1"), ("logp", 1),
+                       ("completions", [["a", None]]), ("completions", [None]),
+                       ("completions", []), ("completions", [[]])):
+        out.append((f"{key}={value!r}", mutated(data, key, value, rng)))
+    out.append(("no logp scored", [dict(d, logp=None) if "logp" in d else d for d in data]))
+    out.append(("a user null", [dict(d, user=None) if i == 3 else d for i, d in enumerate(data)]))
+    out.append(("the first user null", [dict(d, user=None) if i == 0 else d for i, d in enumerate(data)]))
+    return out
+
+
+@pytest.mark.parametrize("game", GAMES)
+def test_a_mutant_is_converted_or_refused_as_datum_by_datum(game, tmp_path, monkeypatch):
+    rng = random.Random(f"convert {game}")
+    written = refused = 0
+    for name, data in logs_of(game):
+        for mutant, changed in convert_mutants(data[:80], game, rng):
+            src = write_jsonl(tmp_path / "m.jsonl", changed)
+            slow = outcome(src, tmp_path / "slow.parquet", monkeypatch, column_wise=False)
+            fast = outcome(src, tmp_path / "fast.parquet", monkeypatch, column_wise=True)
+            assert fast == slow, (name, mutant)
+            written += isinstance(slow, bytes)
+            refused += isinstance(slow, str)
+    assert written > 20 and refused > 20, (written, refused)
+
+
+def test_many_row_groups_as_datum_by_datum(tmp_path, monkeypatch):
+    data = datums("we")
+    rows = [dict(d, message=i) for i in range(70_000 // len(data) + 1) for d in data]
+    src = write_jsonl(tmp_path / "big.jsonl", rows)
+    fast = outcome(src, tmp_path / "fast.parquet", monkeypatch, column_wise=True)
+    assert fast == outcome(src, tmp_path / "slow.parquet", monkeypatch, column_wise=False)
+    import pyarrow.parquet as pq
+    assert pq.ParquetFile(tmp_path / "fast.parquet").metadata.num_row_groups == 2
+
+
+def test_what_is_not_written_column_wise(tmp_path):
+    wr = write_jsonl(tmp_path / "wr.jsonl", datums("wr"))
+    assert parquet_from_jsonl.write_columns(str(wr), str(tmp_path / "wr.parquet"), "wr") is None
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert parquet_from_jsonl.write_columns(str(empty), str(tmp_path / "e.parquet"), "we") is None
+    damaged = tmp_path / "d.jsonl.gz"
+    damaged.write_bytes(gzip.compress(b"{}\n" * 100)[:30])
+    assert parquet_from_jsonl.write_columns(str(damaged), str(tmp_path / "d.parquet"), "we") is None
+    assert not list(tmp_path.glob("*.parquet"))
