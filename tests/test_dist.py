@@ -396,13 +396,15 @@ def test_plain_text_gz_is_split_between_messages(tmp_path, two_workers):
 
 def test_wr_stats_match_lmc_run(tmp_path, commits, two_workers):
     vocab = str(DATA / "vocab" / "american-english.txt")
-    commits = first_lines(commits, 150, tmp_path / "commits150.jsonl")   # wr is the costly game
+    commits = first_lines(commits, 80, tmp_path / "commits80.jsonl")   # wr is the costly game
     expected = lmc_run(["wr", vocab], commits)
     (tmp_path / "all.jsonl").write_bytes(expected)
     run_dir = tmp_path / "run"
     lmc_dist(["run", toy_model_command(), "wr", vocab, "--input", str(commits), "--run-dir",
-              str(run_dir), "--scheduler", two_workers.address, "--partition-chars", "3000"])
+              str(run_dir), "--scheduler", two_workers.address, "--partition-chars", "1500"])
     assert concatenated(run_dir) == expected
+    manifest = json.loads((run_dir / "_manifest.json").read_text())
+    assert len(manifest["partitions"]) >= 3      # (the fit's state merged across partitions)
     ours = json.loads((run_dir / "_stats.json").read_text())
     single = json.loads(subprocess.run([str(BIN / "lmc"), "stats", str(tmp_path / "all.jsonl")],
                                        capture_output=True, check=True).stdout)

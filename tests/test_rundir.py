@@ -591,7 +591,7 @@ def test_a_run_that_writes_nothing_leaves_no_run_dir(tmp_path):
     for corpus in (bad, packed):
         for run_dir in (made, existing):
             scanned = lmc_dist("run", toy_model_command(), "we", "--input", str(corpus),
-                               "--run-dir", str(run_dir), "--no-progress")
+                               "--run-dir", str(run_dir), "--workers", "1", "--no-progress")
             assert scanned.returncode == 2
             assert scanned.stderr == (f"lmc-dist: error: {corpus}:2: not valid UTF-8 (byte 0 "
                                       "of the line)\n")
