@@ -110,7 +110,9 @@ def _acquire(run_dir: str) -> int:
         try:
             os.makedirs(os.path.realpath(run_dir), exist_ok=True)    # a link made before its target
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except FileNotFoundError:   # the directory removed between the two: try again
+        except FileNotFoundError as e:   # the directory removed between the two: try again,
+            if e.filename != path:      # unless it could not be made (QA: under /proc)
+                raise LmcError(f"{run_dir}: cannot write the run dir: {e.strerror}") from None
             continue
         except OSError as e:
             reason = "not a directory" if os.path.exists(run_dir) and not os.path.isdir(run_dir) \
