@@ -576,8 +576,8 @@ def _cut(path: str, fmt: str, size: PartitionSize | ForCluster, train: bool, wor
     partitions = cutter.finish()
     return ScanResult(path=plain, corpus_format=fmt, sha256="", partitions=partitions,
                       messages=sum(p.messages for p in partitions),
-                      characters=sum(p.characters for p in partitions), size=size, users=users, groups=groups,
-                      version=before if plain == path else file_version(plain))
+                      characters=sum(p.characters for p in partitions), size=size, users=users,
+                      groups=groups, version=before if plain == path else file_version(plain))
 
 
 def _queries_per_byte(blocks: Iterator[_Block]) -> tuple[float, list[_Block]]:

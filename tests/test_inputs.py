@@ -199,10 +199,12 @@ def test_unwritable_output_before_the_model_starts(tmp_path):
     assert_error(run(LMC_DIST, "run", toy_model_command(), "we", "--input", str(corpus),
                      "--run-dir", str(a_file), "--workers", "1"),
                  f"{a_file}: cannot write the run dir: not a directory", prog="lmc-dist")
-    if os.path.isdir("/proc/self"):     # a directory nothing can be made in (QA: it said
-        assert_error(run(LMC_DIST, "run", toy_model_command(), "we", "--input", str(corpus),   # the
-                         "--run-dir", "/proc/lmc-run", "--workers", "1"),   # lock kept being replaced)
-                     "/proc/lmc-run: cannot write the run dir: No such file or directory", prog="lmc-dist")
+    # a directory nothing can be made in (QA: it said that the lock file kept being replaced)
+    if os.path.isdir("/proc/self"):
+        assert_error(run(LMC_DIST, "run", toy_model_command(), "we", "--input", str(corpus),
+                         "--run-dir", "/proc/lmc-run", "--workers", "1"),
+                     "/proc/lmc-run: cannot write the run dir: No such file or directory",
+                     prog="lmc-dist")
 
 
 def test_parquet_log_with_a_string_message_column(tmp_path):

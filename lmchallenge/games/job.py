@@ -52,23 +52,22 @@ def validated_messages(path: str, fmt: str) -> tuple[int, Iterator[Message] | li
     Standard input and pipes (:func:`lmchallenge.corpus.is_stream`) are read once, into
     memory; a file is read twice, and the second read fails when it is over if the file
     changed since the first began (:func:`lmchallenge.corpus.check_unchanged`: truncated,
-    rewritten or replaced under the run, it would give a log of part of the corpus)."""
+    rewritten or replaced under the run, it would give a log of part of the corpus).  A json
+    corpus whose users' rows are not each together is warned about
+    (:class:`lmchallenge.corpus.UserGroups`)."""
     groups = UserGroups()
+    source: Iterator[Message] | list[Message]
     if is_stream(path):
-        messages = list(read_corpus(path, fmt))
-        groups.add_all((m.user, m.line) for m in messages)
-        _warn_resumed(groups, path)
-        return len(messages), messages
-    before = file_version(path)
-    count = groups.add_all((m.user, m.line) for m in read_corpus(path, fmt))
-    _warn_resumed(groups, path)
-    return count, _checked(path, fmt, before, count)
-
-
-def _warn_resumed(groups: UserGroups, path: str) -> None:
+        source = list(read_corpus(path, fmt))
+        count = groups.add_all((m.user, m.line) for m in source)
+    else:
+        before = file_version(path)
+        count = groups.add_all((m.user, m.line) for m in read_corpus(path, fmt))
+        source = _checked(path, fmt, before, count)
     warning = groups.warning(input_name(path))
     if warning is not None:
         LOG.warning("%s", warning)
+    return count, source
 
 
 def _checked(path: str, fmt: str, before: FileVersion | None, count: int) -> Iterator[Message]:

@@ -4,7 +4,9 @@ The forms are those of :mod:`lmchallenge.logs.io`: the output form follows the o
 name (``.jsonl``, ``.jsonl.gz``/``.gz``, ``.parquet``, ``-`` for jsonlines on
 stdout); the input may be any form ``read_log`` reads, a run directory included.
 Datums stream from reader to writer (the Parquet writer batches rows), so a large
-reference log becomes a ``pandas.read_parquet``-able file without being held in memory.
+reference log becomes a ``pandas.read_parquet``-able file without being held in memory; a
+jsonl ``wc``/``we``/``ce`` log file goes to Parquet a block of Arrow columns at a time
+(:mod:`lmchallenge.logs.parquet_from_jsonl`), the same file.
 A run directory whose partitions are all in a form the output can take as they are is
 joined as files (:func:`join_logs`), without reading a datum.
 """
@@ -68,7 +70,7 @@ def convert(source: str, destination: str, game: str | None = None) -> int:
 
 def _columns_written(source: str, destination: str, game: str) -> int | None:
     """The rows of the jsonl log file ``source`` written to the Parquet ``destination``
-    column-wise (:func:`lmchallenge.logs.parquet_from_jsonl.write_columns`: 3-7x faster),
+    column-wise (:func:`lmchallenge.logs.parquet_from_jsonl.write_columns`: 2-3x faster),
     or None where the datum path must write it (another form, standard input, a log not
     certainly written so)."""
     if not is_parquet_name(destination) or log_form(source) == ".parquet" or is_stream(source):

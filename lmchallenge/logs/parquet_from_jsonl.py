@@ -48,6 +48,8 @@ def write_columns(source: str, destination: str, game: str,
                   block_bytes: int = BLOCK_BYTES) -> int | None:
     """Write the jsonlines log ``source`` to the Parquet file ``destination`` column-wise,
     atomically, as :func:`lmchallenge.logs.parquet.write_parquet` would write its datums.
+    Errors are left to the datum path: where the log cannot be read (or the destination
+    written) this returns None, and the datum path says what is wrong.
 
     Args:
         source: a ``.jsonl`` or ``.jsonl.gz`` file (not ``-`` or a pipe: it may be read twice).
@@ -58,8 +60,6 @@ def write_columns(source: str, destination: str, game: str,
     Returns:
         The number of rows written, or None where the log is not certainly written as the
         datum path would (nothing is written then; see the module's docstring).
-    Errors are left to the datum path: a log that cannot be read (or a destination that
-    cannot be written) returns None, and the datum path says what is wrong.
     """
     if game not in GAMES or written_in_place(destination):
         return None
