@@ -308,15 +308,16 @@ class GroupedWriter:
     Args:
         path: the file (written as it is: the caller makes it atomic).
         schema: the tables' schema.
-        row_group_rows: rows per row group (positive).
+        row_group_rows: rows per row group (positive; None: :data:`ROW_GROUP_ROWS`, read
+            when the writer is made).
     Attributes:
         rows: the rows added so far.
     """
 
-    def __init__(self, path: str, schema: pa.Schema, row_group_rows: int = ROW_GROUP_ROWS):
+    def __init__(self, path: str, schema: pa.Schema, row_group_rows: int | None = None):
         self.schema = schema
         self.rows = 0
-        self._group_rows = row_group_rows
+        self._group_rows = ROW_GROUP_ROWS if row_group_rows is None else row_group_rows
         self._writer = pq.ParquetWriter(path, schema, write_page_checksum=True)
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
