@@ -142,7 +142,8 @@ class UserTypes:
     first: dict[str, tuple[int, Any]] = field(default_factory=dict)
 
     def add_all(self, users: Iterable[Any], lines: Iterable[int]) -> None:
-        """Note ``users`` (of json rows; None for none), each read from its line of ``lines``."""
+        """Note ``users`` (of json rows, in the corpus' order, or each user once with its
+        first line; None for none), each read from its line of ``lines``."""
         previous: Any = None
         for user, line in zip(users, lines):
             if user is not None and user != previous:
@@ -566,13 +567,13 @@ def _cut(path: str, fmt: str, size: PartitionSize | ForCluster, train: bool, wor
         if isinstance(size, ForCluster):
             size = size.resolve(per_byte * (total_bytes or SAMPLE_BYTES))
     cutter = _Cutter(size, train, total_bytes=total_bytes, queries_per_byte=per_byte)
-    users, groups = UserTypes(), UserGroups()
+    groups = UserGroups()
     for block in itertools.chain(sampled, blocks):
         cutter.add_block(block)
         if block.users is not None:
-            lines = block.rows + block.first_line
-            users.add_all(block.users, lines)
-            groups.add_all(zip(block.users, lines.tolist()))
+            groups.add_all(zip(block.users, (block.rows + block.first_line).tolist()))
+    users = UserTypes()         # (from each user's first line: one pass over the rows)
+    users.add_all(groups.users.keys(), groups.users.values())
     partitions = cutter.finish()
     return ScanResult(path=plain, corpus_format=fmt, sha256="", partitions=partitions,
                       messages=sum(p.messages for p in partitions),

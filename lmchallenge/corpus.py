@@ -73,12 +73,13 @@ class UserGroups:
 
     Attributes:
         groups: the groups so far.
-        users: the distinct users so far (``None``: rows without a user).
+        users: the distinct users so far (``None``: rows without a user), each with the
+            line of its first row, in the order they first came.
         resumed: the line and user of the first row whose user had a group before, or None.
     """
 
     groups: int = 0
-    users: set[str | int | None] = field(default_factory=set)
+    users: dict[str | int | None, int] = field(default_factory=dict)
     resumed: tuple[int, str | int | None] | None = None
     _current: Any = field(default=None, repr=False)
 
@@ -92,7 +93,7 @@ class UserGroups:
             groups += 1
             current = user
             if user not in seen:
-                seen.add(user)
+                seen[user] = int(line)
             elif self.resumed is None:
                 self.resumed = (int(line), user)
         self._current, self.groups = current, groups
