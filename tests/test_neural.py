@@ -958,6 +958,39 @@ def test_smollm2_unpacked_gives_the_gguf_answers(smollm2, tmp_path):
     assert unpacked.predict("And God said ", None) == smollm2.predict("And God said ", None)
 
 
+@pytest.mark.timeout(1200)
+def test_a_gguf_is_parsed_once_a_load_and_gives_the_same_weights(monkeypatch):
+    """transformers parses a GGUF three times a load (configuration, tokenizer, weights:
+    3.4 s each for SmolLM2) and builds gguf's tensor-name map once per module: the loader
+    has it parse the file once, gets the same weights as without, and puts gguf's own
+    functions back after."""
+    if not SMOLLM2.exists():
+        pytest.skip(f"{SMOLLM2} missing: run scripts/fetch-smollm2.sh (.ci/neural does)")
+    gguf = pytest.importorskip("gguf")
+    import contextlib
+
+    import torch
+    from lmchallenge.model.neural import loading
+
+    parses = []
+
+    class Counted(gguf.GGUFReader):
+        def __init__(self, *args, **kwargs):
+            parses.append(args)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(gguf, "GGUFReader", Counted)
+    name_map = gguf.get_tensor_name_map
+    once = loading.load(str(SMOLLM2)).model.state_dict()
+    assert len(parses) == 1
+    assert gguf.GGUFReader is Counted and gguf.get_tensor_name_map is name_map
+    monkeypatch.setattr(loading, "_gguf_parsed_once", contextlib.nullcontext)
+    each_time = loading.load(str(SMOLLM2)).model.state_dict()
+    assert len(parses) > 1   # transformers' own way, which the test compares with
+    assert once.keys() == each_time.keys()
+    assert all(torch.equal(once[name], each_time[name]) for name in once)
+
+
 @pytest.mark.timeout(600)
 def test_files_beside_a_gguf_do_not_replace_its_tokenizer(tmp_path):
     """transformers takes a tokenizer.json in a GGUF's folder over the GGUF's own: another

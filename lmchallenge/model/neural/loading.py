@@ -14,7 +14,8 @@ import os
 import platform
 import struct
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,10 +131,59 @@ def _location(path: str) -> Iterator[tuple[str, dict[str, str]]]:
     if os.path.isdir(path):
         yield path, {}
         return
-    with tempfile.TemporaryDirectory(prefix="lmc-gguf-") as alone:
+    with tempfile.TemporaryDirectory(prefix="lmc-gguf-") as alone, _gguf_parsed_once():
         name = os.path.basename(path)
         os.symlink(os.path.abspath(path), os.path.join(alone, name))
         yield alone, {"gguf_file": name}
+
+
+_GGUF_PATCHED = threading.Lock()
+"""Held while :func:`_gguf_parsed_once` has replaced gguf's functions: two loads in one
+process (an in-process model in each of a Dask worker's threads) would otherwise restore
+each other's replacements."""
+
+
+@contextlib.contextmanager
+def _gguf_parsed_once() -> Iterator[None]:
+    """Within it, each ``.gguf`` file is parsed once and each tensor-name map built once.
+
+    transformers parses a GGUF file three times per load (``gguf.GGUFReader`` for the
+    configuration, the tokenizer and the weights: 3.4 s each for SmolLM2-135M on the 2-core
+    machine) and builds gguf's tensor-name map once per module of the model (397 times,
+    4.9 s); with this, SmolLM2-135M loads in 6.5 s instead of 15.5 s, the same weights
+    (BENCHMARKS.md, "neural").  transformers imports both from ``gguf`` inside the functions
+    that use them, so they are replaced there for the duration (files opened read-only
+    only: they are read, never written); a transformers that binds them elsewhere loads as
+    before, only slower.  Without the gguf package nothing is replaced."""
+    try:
+        import gguf
+    except ImportError:
+        yield
+        return
+    with _GGUF_PATCHED:
+        reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+        gguf.GGUFReader = _memoised(reader, lambda path, mode="r": (
+            (os.fspath(path), mode) if mode == "r" else None))
+        gguf.get_tensor_name_map = _memoised(name_map, lambda arch, n_blocks: (arch, n_blocks))
+        try:
+            yield
+        finally:
+            gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
+
+
+def _memoised(function: Callable[..., Any], key: Callable[..., Any]) -> Callable[..., Any]:
+    """``function``, answering again what it answered for the same ``key(*args)`` (None:
+    not kept); what it raises is raised each time."""
+    answers: dict[Any, Any] = {}
+
+    def memoised(*args: Any, **kwargs: Any) -> Any:
+        known = key(*args, **kwargs)
+        if known is None:
+            return function(*args, **kwargs)
+        if known not in answers:
+            answers[known] = function(*args, **kwargs)
+        return answers[known]
+    return memoised
 
 
 def load(path: str, device: str = "cpu", dtype: str = "auto", random_weights: bool = False) -> Loaded:
@@ -248,9 +298,9 @@ def save_unpacked(path: str, out_dir: str) -> list[str]:
     directory: the weights as :func:`load` gives them (a GGUF's dequantised by transformers,
     float32 safetensors), the configuration (without the GGUF's quantisation entry) and the
     tokenizer.  Loaded from there, the model has the same weights, so gives the same
-    answers, but starts in seconds: transformers reads a GGUF file once for the
-    configuration, once for the tokenizer and once for the weights, and dequantises them on
-    every load (BENCHMARKS.md, "neural": SmolLM2-135M 15.6 -> 3.7 s to the first answer).
+    answers, but starts in seconds: a GGUF's weights are dequantised on every load
+    (BENCHMARKS.md, "neural": SmolLM2-135M 9-10 s to the first answer, 6 s from the
+    directory, the same day on the 2-core machine).
 
     Returns:
         the names of the files in ``out_dir`` afterwards.
