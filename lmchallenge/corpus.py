@@ -37,11 +37,13 @@ READ_ERRORS = (OSError, EOFError, zlib.error)
 ``gzip.BadGzipFile``, ``zlib.error``)."""
 
 BOM = "\ufeff"
+"""The byte order mark: before a file's first line, not part of its text (docs/formats.md)."""
 GZIP_MAGIC = b"\x1f\x8b"
-UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
-PARQUET_MAGIC = b"PAR1"
-"""The byte order marks a UTF-16 text starts with (little- and big-endian)."""
 """The first bytes of a gzip stream (RFC 1952)."""
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+"""The byte order marks a UTF-16 text starts with (little- and big-endian)."""
+PARQUET_MAGIC = b"PAR1"
+"""The first bytes of a Parquet file."""
 
 
 @dataclass(frozen=True, slots=True)
