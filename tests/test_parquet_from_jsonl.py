@@ -116,3 +116,53 @@ def test_what_is_not_written_column_wise(tmp_path):
     damaged.write_bytes(gzip.compress(b"{}\n" * 100)[:30])
     assert parquet_from_jsonl.write_columns(str(damaged), str(tmp_path / "d.parquet"), "we") is None
     assert not list(tmp_path.glob("*.parquet"))
+
+
+@pytest.mark.parametrize("game", GAMES)
+def test_a_run_dir_of_jsonl_parts_is_written_column_wise_as_its_whole_log(game, tmp_path,
+                                                                          monkeypatch):
+    """`lmc convert RUN_DIR -o X.parquet` of jsonl parts (`lmc-dist --part-format jsonl`)
+    went datum by datum (2.5 s against 0.9 s for the same 599k-token log in one file): now
+    column-wise, the whole log's file byte for byte (a part empty, one gzipped); a part the
+    datum path refuses is named as before."""
+    from lmchallenge.logs import convert as convert_module
+    for name, data in logs_of(game):
+        whole = write_jsonl(tmp_path / "log.jsonl", data)
+        slow = outcome(whole, tmp_path / "slow.parquet", monkeypatch, column_wise=False)
+        assert isinstance(slow, bytes), name
+        run = tmp_path / name.replace(" ", "-")
+        run.mkdir()
+        cuts = [0, 3, 3, len(data) // 2, len(data)]
+        for i, (start, end) in enumerate(zip(cuts, cuts[1:])):
+            write_jsonl(run / f"part-{i:05d}.jsonl", data[start:end])
+        part = run / "part-00002.jsonl"
+        (run / "part-00002.jsonl.gz").write_bytes(gzip.compress(part.read_bytes()))
+        part.unlink()
+        with monkeypatch.context() as patch:    # no datum read one by one
+            patch.setattr(convert_module, "write_log", None)
+            fast = outcome(run, tmp_path / "fast.parquet", monkeypatch, column_wise=True)
+        assert fast == slow, name
+        bad = [dict(d, logp="-1") if i == 1 else d for i, d in enumerate(data[cuts[3]:])]
+        write_jsonl(run / "part-00003.jsonl", bad)
+        refused = outcome(run, tmp_path / "bad.parquet", monkeypatch, column_wise=True)
+        assert refused == ("SRC/part-00003.jsonl:2: field logp: '-1' is not of type 'number', "
+                           "'null'"), refused
+
+
+def test_a_bad_value_is_named_by_its_file_and_line_not_the_output(tmp_path):
+    """The datum path's Parquet writer named the output and a range of datums (`out.parquet:
+    datums 1-30, column 'logp' (double): Could not convert '-1' ...`): the log's own line
+    is named, as `lmc validate` names it; and a datum of another game after them."""
+    data = datums("we")[:30]
+    src = write_jsonl(tmp_path / "log.jsonl", [dict(d, logp="-1") if i == 6 else d
+                                              for i, d in enumerate(data)])
+    out = tmp_path / "out.parquet"
+    with pytest.raises(LmcError) as caught:
+        convert(str(src), str(out))
+    assert str(caught.value) == f"{src}:7: field logp: '-1' is not of type 'number', 'null'"
+    wc = datums("wc")[0]
+    write_jsonl(src, data[:4] + [wc] + data[4:])
+    with pytest.raises(LmcError) as caught:
+        convert(str(src), str(out))
+    assert str(caught.value) == f"{src}:5: a datum of wc after datums of we: a log holds one game"
+    assert not out.exists()

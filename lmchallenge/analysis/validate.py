@@ -12,9 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from lmchallenge.errors import InputError
-from lmchallenge.logs.check import problem, schema
-from lmchallenge.logs.schema import payload_games
+from lmchallenge.logs.check import problem, schema, validate_files
 
 __all__ = ["problem", "schema", "validate", "validate_files"]
 
@@ -33,30 +31,3 @@ def validate(data: Iterable[Any], name: str = "<log>") -> int:
             the first datum of another game than the first datum's.
     """
     return validate_files([(name, data)])
-
-
-def validate_files(files: Iterable[tuple[str, Iterable[Any]]]) -> int:
-    """:func:`validate` of the files of one log in order (a run directory's parts:
-    ``(file name, datums)`` pairs), each bad datum named by its file and its number there,
-    and every datum of the one game of the first.
-
-    Returns:
-        The number of datums checked, in all.
-    Raises:
-        InputError: as :func:`validate`.
-    """
-    total, games = 0, None
-    for name, data in files:
-        n = 0
-        for n, datum in enumerate(data, start=1):
-            reason = problem(datum)
-            found = payload_games(datum) if reason is None and isinstance(datum, dict) else []
-            if found:      # (a datum without payload goes with any game)
-                games = games or found
-                if found != games:
-                    reason = (f"a datum of {'/'.join(found)} after datums of "
-                              f"{'/'.join(games)}: a log holds one game")
-            if reason is not None:
-                raise InputError(name, n, reason)
-        total += n
-    return total

@@ -1,6 +1,7 @@
 """One log datum checked against the LM Challenge 5.x log schema (``log.schema`` beside this
 module, JSON Schema 2020-12; docs/formats.md, "Log"): what ``lmc validate`` says of it, and
-what every reader says of a datum it cannot take.
+what every reader says of a datum it cannot take; and a log's files checked datum by datum
+(:func:`validate_files`).
 
 The schema is checked twice over: first by ``jsonschema-rs`` (a compiled validator, about
 0.4 us a datum), which only lets a datum through; a datum it does not let through, or one
@@ -18,7 +19,8 @@ from typing import Any
 import jsonschema
 import jsonschema_rs
 
-from lmchallenge.logs.schema import json_schema
+from lmchallenge.errors import InputError
+from lmchallenge.logs.schema import json_schema, payload_games
 
 
 def schema() -> dict[str, Any]:
@@ -131,3 +133,33 @@ def _first_non_finite(value: Any) -> tuple[list[str], float] | None:
                 found[0].insert(0, step.format(key))
                 return found
     return None
+
+
+def validate_files(files: Iterable[tuple[str, Iterable[Any]]]) -> int:
+    """Check every datum of the files of one log in order (a run directory's parts:
+    ``(file name, datums)`` pairs) against the schema (:func:`problem`), each bad datum
+    named by its file and its number there, and every datum of the one game of the first
+    (``lmc validate``; :func:`lmchallenge.analysis.validate.validate` for one file).
+
+    Returns:
+        The number of datums checked, in all.
+    Raises:
+        InputError: ``NAME:N: field F: what is wrong`` for the first bad datum (N counts
+            datums from 1: the line number of a jsonlines log without blank lines), or for
+            the first datum of another game than the first datum's.
+    """
+    total, games = 0, None
+    for name, data in files:
+        n = 0
+        for n, datum in enumerate(data, start=1):
+            reason = problem(datum)
+            found = payload_games(datum) if reason is None and isinstance(datum, dict) else []
+            if found:      # (a datum without payload goes with any game)
+                games = games or found
+                if found != games:
+                    reason = (f"a datum of {'/'.join(found)} after datums of "
+                              f"{'/'.join(games)}: a log holds one game")
+            if reason is not None:
+                raise InputError(name, n, reason)
+        total += n
+    return total

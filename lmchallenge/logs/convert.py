@@ -5,8 +5,8 @@ name (``.jsonl``, ``.jsonl.gz``/``.gz``, ``.parquet``, ``-`` for jsonlines on
 stdout); the input may be any form ``read_log`` reads, a run directory included.
 Datums stream from reader to writer (the Parquet writer batches rows), so a large
 reference log becomes a ``pandas.read_parquet``-able file without being held in memory; a
-jsonl ``wc``/``we``/``ce`` log file goes to Parquet a block of Arrow columns at a time
-(:mod:`lmchallenge.logs.parquet_from_jsonl`), the same file.
+jsonl ``wc``/``we``/``ce`` log file (or run directory of jsonl parts) goes to Parquet a
+block of Arrow columns at a time (:mod:`lmchallenge.logs.parquet_from_jsonl`), the same file.
 A run directory whose partitions are all in a form the output can take as they are is
 joined as files (:func:`join_logs`), without reading a datum.
 """
@@ -61,22 +61,43 @@ def convert(source: str, destination: str, game: str | None = None) -> int:
         _nulls_refused(read_log(part), part) for part in parts))
     if game is None and first is not None:
         game = detect_game(first)
-    if not run_dir and game is not None:
-        written = _columns_written(source, destination, game)
+    if game is not None:
+        written = _columns_written(parts, destination, game)
         if written is not None:
             return written
-    return write_log(data, destination, game=game)
+    with _located(parts, destination):
+        return write_log(data, destination, game=game)
 
 
-def _columns_written(source: str, destination: str, game: str) -> int | None:
-    """The rows of the jsonl log file ``source`` written to the Parquet ``destination``
-    column-wise (:func:`lmchallenge.logs.parquet_from_jsonl.write_columns`: 2-3x faster),
-    or None where the datum path must write it (another form, standard input, a log not
-    certainly written so)."""
-    if not is_parquet_name(destination) or log_form(source) == ".parquet" or is_stream(source):
+def _columns_written(sources: Sequence[str], destination: str, game: str) -> int | None:
+    """The rows of the jsonl log files ``sources`` (one log, in order: a file, or a run
+    directory's parts) written to the Parquet ``destination`` column-wise
+    (:func:`lmchallenge.logs.parquet_from_jsonl.write_columns`: 2-3x faster), or None where
+    the datum path must write it (another form, standard input, a log not certainly
+    written so)."""
+    if not is_parquet_name(destination) or any(
+            log_form(source) == ".parquet" or is_stream(source) for source in sources):
         return None
     from lmchallenge.logs.parquet_from_jsonl import write_columns
-    return write_columns(source, destination, game)
+    return write_columns(sources, destination, game)
+
+
+@contextlib.contextmanager
+def _located(sources: Sequence[str], destination: str) -> Iterator[None]:
+    """A context in which an error of the Parquet writer, which names ``destination`` and a
+    range of datums (``datums 1-26, column 'logp' (double): Could not convert ...``), is
+    replaced by ``lmc validate``'s error for the log files ``sources``, naming the bad datum
+    by its file and number (``log.jsonl:6: field logp: '-0.89' is not of type 'number',
+    'null'``), where that finds one.  The sources are read again, on failure only (not
+    standard input, which cannot be)."""
+    try:
+        yield
+    except InputError as error:
+        if error.path != destination or any(is_stream(source) for source in sources):
+            raise
+        from lmchallenge.logs.check import validate_files
+        validate_files((source, read_log(source)) for source in sources)
+        raise
 
 
 NULLABLE = frozenset({"user", "logp", "select"})
@@ -142,9 +163,10 @@ written, have one more dot in front)."""
 def convert_file(source: str, destination: str, game: str | None) -> None:
     """Write the log file ``source`` again as ``destination``, in the form its name says
     (a datum with a null where a log has a value refused: :func:`_nulls_refused`)."""
-    if game is not None and _columns_written(source, destination, game) is not None:
+    if game is not None and _columns_written([source], destination, game) is not None:
         return
-    write_log(_nulls_refused(read_log(source), source), destination, game=game)
+    with _located([source], destination):
+        write_log(_nulls_refused(read_log(source), source), destination, game=game)
 
 
 def convert_each(pairs: Sequence[tuple[str, str]], game: str | None) -> None:

@@ -1,4 +1,5 @@
-"""A jsonlines log written as Parquet column-wise (``lmc convert LOG.jsonl -o LOG.parquet``).
+"""A jsonlines log written as Parquet column-wise (``lmc convert LOG.jsonl -o LOG.parquet``,
+and a run directory of jsonl parts).
 
 The datum-by-datum conversion (:func:`lmchallenge.logs.parquet.write_parquet` over
 :func:`lmchallenge.logs.io.read_log`) spends most of its time in Python's ``json`` and in
@@ -17,7 +18,9 @@ log with its error.
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -44,15 +47,16 @@ class _NotCertain(Exception):
     """A block that the column-wise path cannot write exactly as the datum path would."""
 
 
-def write_columns(source: str, destination: str, game: str,
+def write_columns(sources: str | Sequence[str], destination: str, game: str,
                   block_bytes: int = BLOCK_BYTES) -> int | None:
-    """Write the jsonlines log ``source`` to the Parquet file ``destination`` column-wise,
+    """Write the jsonlines log ``sources`` to the Parquet file ``destination`` column-wise,
     atomically, as :func:`lmchallenge.logs.parquet.write_parquet` would write its datums.
     Errors are left to the datum path: where the log cannot be read (or the destination
     written) this returns None, and the datum path says what is wrong.
 
     Args:
-        source: a ``.jsonl`` or ``.jsonl.gz`` file (not ``-`` or a pipe: it may be read twice).
+        sources: a ``.jsonl`` or ``.jsonl.gz`` file (not ``-`` or a pipe: it may be read
+            twice), or several, one log in order (a run directory's parts).
         destination: a ``.parquet`` path that is not written in place (not a FIFO: the file
             appears only if the whole log is written).
         game: the log's game; only :data:`GAMES` are written so.
@@ -63,11 +67,14 @@ def write_columns(source: str, destination: str, game: str,
     """
     if game not in GAMES or written_in_place(destination):
         return None
+    blocks = itertools.chain.from_iterable(
+        parsed_blocks(source, block_bytes)
+        for source in ([sources] if isinstance(sources, str) else sources))
     try:
         with atomic_path(destination) as tmp:
             writer: GroupedWriter | None = None
             try:
-                for block in parsed_blocks(source, block_bytes):
+                for block in blocks:
                     table = _certain(block, game)
                     if writer is None:      # (the users' type: the first datum's)
                         users = table.schema.field("user").type
