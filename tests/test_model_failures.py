@@ -388,6 +388,25 @@ def test_a_model_that_fails_before_its_first_answer_is_not_said_to_have_all_requ
                     "model stderr (tail):\nno such model file\n")
 
 
+@pytest.mark.parametrize("case, code, meaning", [
+    ("missing", 127, "a command it did not find"),
+    ("not executable", 126, "a command it found but could not run: not executable?")])
+def test_a_model_command_the_shell_cannot_run_is_said_so(tmp_path, case, code, meaning):
+    """A mistyped command (exit 127) or a script without its x bit (126): the shell's code
+    said in words, and never "answer line 1" alone (QA: it was, for a model that ended
+    before a request was written to it; the request is named where one was written
+    before the end was seen, as it may be)."""
+    script = tmp_path / "model.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    model = str(script) if case == "not executable" else f"{tmp_path}/no-such-model serve"
+    said = failed(lmc("run", model, "we", stdin=MARKED)).split("lmc: error: ", 1)[1]
+    assert said.startswith(f"model {model!r}: exited with code {code} (a shell's code for "
+                           f"{meaning})\nwhile evaluating user None, message 0, token 0 "
+                           "('alpha')\n"), said
+    assert said.split("\n")[2] in ("model stderr (tail):",
+                                   "request (answer line 1): 'predict\\t\\talpha'"), said
+
+
 def test_a_crash_of_a_model_answering_in_batches_names_all_in_flight():
     """The model dies on message 31 with answers still in its buffer: the oldest unanswered
     request is earlier, so the requests in flight are named up to the newest sent."""

@@ -225,12 +225,15 @@ class ShellModel(Model):
         missing file) is not said to have had every request sent so far in flight."""
         if self._proc.poll() is None:
             self.kill()
+        answer_line: int | None = self._answer_lines + skip + 1
         if self._answer_lines + skip == 0:
             in_flight = in_flight[:1]
+            if not in_flight:   # it ended before a request reached it: no answer was owed
+                answer_line = None
         return ModelError(self.cmd, reason, query=in_flight[0] if in_flight else None,
                           stderr_tail=self._stderr.text(wait=1.0),
                           in_flight=in_flight if len(in_flight) > 1 else (),
-                          answer_line=self._answer_lines + skip + 1, stopped=stopped)
+                          answer_line=answer_line, stopped=stopped)
 
     def _ended(self, in_flight: tuple[str, ...]) -> ModelError:
         """The error for a model whose output ended (or input closed): its exit code, or,
@@ -562,10 +565,17 @@ def _stopped(code: int) -> bool:
     return code < 0 or code in STOPPED_CODES
 
 
+SHELL_CODES = {126: " (a shell's code for a command it found but could not run: not "
+                    "executable?)",
+               127: " (a shell's code for a command it did not find)"}
+"""What the exit codes a POSIX shell gives a command it cannot run mean (POSIX, "Shell
+Command Language", 2.8.2): a model command runs through ``/bin/sh``."""
+
+
 def _exit_reason(code: int) -> str:
     """How a process that ended with ``code`` (not 0; negative: the signal) ended, in words."""
     if code > 0:
-        return f"exited with code {code}"
+        return f"exited with code {code}" + SHELL_CODES.get(code, "")
     try:
         name = f" ({signal.Signals(-code).name})"
     except ValueError:
