@@ -114,6 +114,16 @@ IDENTITY_KEYS = ("game", "game_options", "predictor", "predictor_options", "corp
 LATER_IDENTITY_KEYS = ("predictor_options", "vocabulary_sha256")
 """Identity keys an earlier lmc-dist did not record: a run dir without one resumes."""
 
+IDENTITY_DIFFERS = {
+    "game": "the game differs", "game_options": "the game's options differ",
+    "predictor": "the model (PREDICTOR) differs",
+    "predictor_options": "the model's -o options differ",
+    "corpus_sha256": "the corpus (its contents) differs", "corpus_format": "--format differs",
+    "train": "--train differs", "partition_chars": "--partition-chars differs",
+    "format": "--part-format differs",
+    "vocabulary_sha256": "the vocabulary (its contents) differs"}
+"""What differs, in a user's words, for each of :data:`IDENTITY_KEYS` (the error of a resume)."""
+
 
 def versions() -> dict[str, str]:
     """Versions of Python and of the packages that shape the results."""
@@ -224,8 +234,9 @@ def check_resumable(old: Manifest, new: Manifest) -> None:
         if key in LATER_IDENTITY_KEYS and key not in old:
             continue
         if old.get(key) != new.get(key):
-            raise LmcError(f"cannot resume: {key} differs from the run in this directory "
-                           f"({old.get(key)!r} there, {new.get(key)!r} now); use a new --run-dir")
+            raise LmcError(f"cannot resume: {IDENTITY_DIFFERS[key]} from the run in this "
+                           f"directory ({key} {old.get(key)!r} there, {new.get(key)!r} now); use "
+                           "a new --run-dir")
     # the same corpus and --partition-chars, cut otherwise (another version of lmc-dist): a
     # finished part file would stand for other lines
     if _cuts(old) != _cuts(new):

@@ -191,8 +191,9 @@ def test_a_resume_with_other_options_of_a_python_model_is_refused(tmp_path):
     assert manifest["predictor_options"] == {"model": str(model)}
     other = lmc_dist(run + [json.dumps({"model": str(model), "top": 2}), "--resume"], check=False)
     assert other.returncode == 2
-    assert other.stderr.decode().startswith("lmc-dist: error: cannot resume: predictor_options differs "
-                                            "from the run in this directory")
+    assert other.stderr.decode().startswith(
+        "lmc-dist: error: cannot resume: the model's -o options differ from the run in this "
+        "directory (predictor_options {'model': ")
     lmc_dist(run + [json.dumps({"model": str(model)}), "--resume"])   # the same: resumed
 
 
@@ -221,8 +222,9 @@ def test_wr_s_word_list_is_read_before_any_work_and_a_resume_with_another_is_ref
     vocab.write_bytes(b"".join(words[:1000]))    # the same path, other words
     other = lmc_dist(run + ["--resume"], check=False)
     assert other.returncode == 2
-    assert other.stderr.decode().startswith("lmc-dist: error: cannot resume: vocabulary_sha256 "
-                                            "differs from the run in this directory")
+    assert other.stderr.decode().startswith(
+        "lmc-dist: error: cannot resume: the vocabulary (its contents) differs from the run in "
+        "this directory (vocabulary_sha256 '")
     vocab.write_bytes(b"".join(words[:3000]))
     lmc_dist(run + ["--resume"])   # the same list: resumed
 
@@ -231,8 +233,23 @@ def test_a_run_dir_of_an_lmc_dist_without_predictor_options_resumes():
     from lmc_dist.manifest import check_resumable
     old = {"game": "we", "predictor": "m:M", "partitions": []}
     check_resumable(old, {**old, "predictor_options": {"top": 2}})
-    with pytest.raises(Exception, match="predictor_options differs"):
+    with pytest.raises(Exception, match=r"-o options differ from the run in this directory "
+                                         r"\(predictor_options \{\} there, \{'top': 2\} now\)"):
         check_resumable({**old, "predictor_options": {}}, {**old, "predictor_options": {"top": 2}})
+
+
+def test_a_resume_that_differs_says_what_in_a_users_words():
+    """It said the manifest's key alone (`corpus_sha256 differs`); now what the user changed
+    too (`the corpus (its contents) differs ... (corpus_sha256 'a' there, 'b' now)`)."""
+    from lmc_dist.manifest import IDENTITY_DIFFERS, IDENTITY_KEYS, check_resumable
+    assert set(IDENTITY_DIFFERS) == set(IDENTITY_KEYS)
+    old = {key: "a" for key in IDENTITY_KEYS} | {"partitions": []}
+    for key in IDENTITY_KEYS:
+        with pytest.raises(Exception) as caught:
+            check_resumable(old, {**old, key: "b"})
+        assert str(caught.value) == (f"cannot resume: {IDENTITY_DIFFERS[key]} from the run in "
+                                     f"this directory ({key} 'a' there, 'b' now); use a new "
+                                     "--run-dir")
 
 
 def test_what_a_python_model_prints_on_the_embedded_cluster_is_not_in_the_statistics(tmp_path):

@@ -144,4 +144,5 @@ def test_resume_on_another_cluster_uses_the_recorded_cut(tmp_path: Path) -> None
 
     other = lmc_dist(args + ["--resume", "--partition-chars", "5000"], check=False)
     assert other.returncode == 2
-    assert "cannot resume: partition_chars differs" in other.stderr.decode()
+    assert "cannot resume: --partition-chars differs from the run in this directory " \
+        "(partition_chars " in other.stderr.decode()
