@@ -150,11 +150,12 @@ def _gguf_parsed_once() -> Iterator[None]:
     transformers parses a GGUF file three times per load (``gguf.GGUFReader`` for the
     configuration, the tokenizer and the weights: 3.4 s each for SmolLM2-135M on the 2-core
     machine) and builds gguf's tensor-name map once per module of the model (397 times,
-    4.9 s); with this, SmolLM2-135M loads in 6.5 s instead of 15.5 s, the same weights
-    (BENCHMARKS.md, "neural").  transformers imports both from ``gguf`` inside the functions
-    that use them, so they are replaced there for the duration (files opened read-only
-    only: they are read, never written); a transformers that binds them elsewhere loads as
-    before, only slower.  Without the gguf package nothing is replaced."""
+    4.9 s); with this, SmolLM2-135M's :func:`load` takes 6.5 s instead of 15.5 s, the same
+    weights (BENCHMARKS.md, "neural": 9-10 s instead of 18 s to the first answer).
+    transformers imports both from ``gguf`` inside the functions that use them, so they are
+    replaced there for the duration (a reader is shared only for a file opened read-only,
+    mode ``r``); a transformers that binds them elsewhere loads as before, only slower.
+    Without the gguf package nothing is replaced."""
     try:
         import gguf
     except ImportError:
