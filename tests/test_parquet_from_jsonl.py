@@ -166,3 +166,28 @@ def test_a_bad_value_is_named_by_its_file_and_line_not_the_output(tmp_path):
         convert(str(src), str(out))
     assert str(caught.value) == f"{src}:5: a datum of wc after datums of we: a log holds one game"
     assert not out.exists()
+
+
+@pytest.mark.parametrize("first, then", [(None, 7), ("x", 7), (7, None), (None, "x")])
+def test_parts_of_other_users_than_the_first_part_s_as_datum_by_datum(tmp_path, monkeypatch,
+                                                                      first, then):
+    """Each part's blocks are typed by its own first datum: a part of integer users after a
+    part of none (or of strings) was written as the strings '7' (review); now as the datum
+    path writes or refuses it.  So too where the parts are converted one by one and joined
+    (`lmc-dist --part-format jsonl --output X.parquet`), which read every part with the first
+    one's user type."""
+    from lmchallenge.logs.convert import join_logs
+    data = datums("we")[:12]
+    run = tmp_path / "run"
+    run.mkdir()
+    write_jsonl(run / "part-00000.jsonl", [dict(d, user=first) for d in data[:6]])
+    write_jsonl(run / "part-00001.jsonl", [dict(d, user=then) for d in data[6:]])
+    slow = outcome(run, tmp_path / "slow.parquet", monkeypatch, column_wise=False)
+    assert outcome(run, tmp_path / "fast.parquet", monkeypatch, column_wise=True) == slow
+    joined = tmp_path / "joined.parquet"
+    try:
+        join_logs([str(run / "part-00000.jsonl"), str(run / "part-00001.jsonl")], str(joined), "we")
+    except LmcError as error:
+        assert str(error).replace(str(joined), "DST") == slow
+    else:
+        assert joined.read_bytes() == slow

@@ -210,6 +210,9 @@ def join_logs(sources: Sequence[str], destination: str, game: str | None = None,
             convert([(files[i], copy) for i, copy in converted.items()], game)
         for i, copy in converted.items():
             files[i] = copy
+        if form == ".parquet" and _users_differ(files):
+            return write_log(itertools.chain.from_iterable(map(read_log, files)), destination,
+                             game=game)
         with atomic_path(destination) as tmp:
             if form == ".parquet":
                 return _join_parquet(files, tmp)
@@ -239,6 +242,17 @@ def _append(source: str, out, decompress: bool) -> int:
             out.write(block)
             lines += block.count(b"\n")
     return lines
+
+
+def _users_differ(sources: Sequence[str]) -> bool:
+    """Whether the Parquet files ``sources`` have ``user`` columns of different types: jsonl
+    parts converted one by one (a part without users written with strings, one of integer
+    users with integers). Joined as files, the first one's type was kept (integer users
+    became the strings ``'7'``: review); :func:`join_logs` writes them datum by datum
+    instead, as ``lmc run`` writes the whole log (the type of its first user; users of both
+    types refused)."""
+    import pyarrow.parquet as pq
+    return len({pq.read_schema(source).field("user").type for source in sources}) > 1
 
 
 def _join_parquet(sources: Sequence[str], destination: str) -> int:

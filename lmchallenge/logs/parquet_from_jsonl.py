@@ -76,10 +76,14 @@ def write_columns(sources: str | Sequence[str], destination: str, game: str,
             try:
                 for block in blocks:
                     table = _certain(block, game)
+                    users = table.schema.field("user").type
                     if writer is None:      # (the users' type: the first datum's)
-                        users = table.schema.field("user").type
                         writer = GroupedWriter(tmp, schema_for(
                             game, "integer" if pa.types.is_integer(users) else "string"))
+                    elif users != writer.schema.field("user").type:
+                        # each file's blocks are typed by its own first datum: a part of
+                        # other users (or none) than the first's is the datum path's
+                        raise _NotCertain("users of another type than the first file's")
                     writer.add(_typed(table, writer.schema))
                 if writer is None or writer.rows == 0:
                     raise _NotCertain("an empty log")    # (its schema: the datum path's)
