@@ -21,7 +21,9 @@ from typing import Any
 
 import click
 
+from lmchallenge.corpus import is_gzip_name
 from lmchallenge.errors import LmcError, Terminated
+from lmchallenge.logs.files import is_parquet_name
 from lmchallenge.logs.rundir import read_partially, reading_partial
 from lmchallenge.tuning import freeze_heap
 
@@ -64,7 +66,7 @@ def _names_a_log(value: str) -> bool:
     """Whether ``value`` reads as a log's file name (.jsonl, .jsonl.gz, .parquet): what a user
     who took ``lmc run``'s ``-o`` (``--options``, as in LM Challenge 5.x) for ``--output``
     gives it."""
-    return value.lower().endswith((".jsonl", ".jsonl.gz", ".gz", ".parquet", ".pq"))
+    return value.lower().endswith(".jsonl") or is_gzip_name(value) or is_parquet_name(value)
 
 
 class FiniteFloatRange(click.FloatRange):
