@@ -7,7 +7,7 @@
 Cases: `lmc run` with the instant model (wc, we, and we writing Parquet) on KJV lines, and
 `lmc stats`, `lmc validate` on a ~260k-row log as Parquet and as jsonl, `lmc diff` of the
 jsonl log with itself, `lmc compare` of each with itself and `lmc convert` of the jsonl log to
-Parquet; with ``--ngram MODEL`` (a file of
+Parquet and to jsonl.gz; with ``--ngram MODEL`` (a file of
 `lmc-ngram train`), `lmc run` with that model in process too
 (`lmchallenge.model.ngram:NgramModel`: the evaluator and a Python model in one process, as
 `lmc-dist --in-process` workers run it; wc, we, and we writing Parquet as `lmc-dist`'s parts
@@ -18,6 +18,7 @@ are). ``--only CASE,...`` runs those cases alone. Prints medians and the ratio n
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
 import statistics
 import subprocess
@@ -32,13 +33,17 @@ MODEL = f"{PYTHON} {REPO / 'benchmarks' / 'instant_model.py'}"
 
 
 def timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, bytes]:
-    """The wall time of ``argv`` and its output: stdout, or the file after ``--output``."""
+    """The wall time of ``argv`` and its output: stdout, or the file after ``--output``
+    (a ``.gz`` one decompressed)."""
     output = cwd / argv[argv.index("--output") + 1] if "--output" in argv else None
     start = time.perf_counter()
     out = subprocess.run(argv, env={**os.environ, **env}, cwd=cwd, capture_output=True,
                          check=True).stdout
     elapsed = time.perf_counter() - start
-    return elapsed, out if output is None else output.read_bytes()
+    if output is None:
+        return elapsed, out
+    # (a gzip header holds the time it was written)
+    return elapsed, gzip.decompress(output.read_bytes()) if output.suffix == ".gz" else output.read_bytes()
 
 
 def make_logs(tmp: Path, lines: int) -> tuple[Path, Path, Path]:
@@ -79,7 +84,8 @@ def main() -> None:
                  "diff jsonl": [*lmc, "diff", str(big), str(big)],
                  "compare jsonl": [*lmc, "compare", str(big), str(big)],
                  "compare pq": [*lmc, "compare", str(parquet), str(parquet)],
-                 "convert pq": [*lmc, "convert", str(big), "--output", "converted.parquet"]}
+                 "convert pq": [*lmc, "convert", str(big), "--output", "converted.parquet"],
+                 "convert gz": [*lmc, "convert", str(big), "--output", "converted.jsonl.gz"]}
         if args.ngram is not None:
             in_process = ["lmchallenge.model.ngram:NgramModel", "-o",
                           f'{{"model": "{args.ngram.resolve()}"}}']

@@ -138,7 +138,8 @@ def test_a_run_dir_is_not_converted_into_itself(tmp_path):
 
 def test_invalid_json_names_file_and_line(tmp_path):
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps({"target": "a"}) + "\n{oops\n")
+    bad.write_text(json.dumps({"user": None, "message": 0, "token": 0, "character": 0,
+                               "target": "a", "logp": -1.0}) + "\n{oops\n")
     from lmchallenge.errors import InputError
     with pytest.raises(InputError, match=r"bad.jsonl:2: invalid JSON"):
         convert(str(bad), str(tmp_path / "out.jsonl"))
@@ -206,3 +207,66 @@ def test_a_wr_log_whose_lm_scores_are_null_converts_as_it_is(tmp_path):
     convert(str(DATA / "kjv.o2.wr.jsonl"), str(parquet))
     convert(str(parquet), str(back))
     assert back.read_bytes() == (DATA / "kjv.o2.wr.jsonl").read_bytes()
+
+
+def _spoilt(datum: dict, change: str) -> None:
+    """``datum`` changed in place so that ``lmc validate`` refuses it."""
+    if change == "negative message":
+        datum["message"] = -1
+    elif change == "float token":
+        datum["token"] = float(datum["token"])
+    elif change == "completion twice":
+        datum["completions"][0][1] = datum["completions"][0][0]
+    elif change == "string logp":
+        datum["logp"] = str(datum["logp"])
+    elif change == "number target":
+        datum["target"] = 5
+    elif change == "boolean user":
+        datum["user"] = True
+    elif change == "no token":
+        del datum["token"]
+    else:
+        raise AssertionError(change)
+
+
+@pytest.mark.parametrize("output", ["out.jsonl", "out.jsonl.gz", "out.parquet"])
+@pytest.mark.parametrize("log, change, rows", [
+    ("kjv.o2.we.jsonl", "negative message", [3]),
+    ("kjv.o2.we.jsonl", "float token", [3]),
+    ("kjv.o2.wc.jsonl", "completion twice", [3]),
+    ("kjv.o2.we.jsonl", "string logp", [3]),
+    ("kjv.o2.we.jsonl", "string logp", "all"),     # (a whole column of strings cast silently)
+    ("kjv.o2.ce.jsonl", "number target", "all"),
+    ("kjv.o2.wc.jsonl", "boolean user", "all"),
+    ("kjv.o2.wr.jsonl", "no token", [3])])
+def test_convert_writes_no_log_that_lmc_validate_refuses(tmp_path, output, log, change, rows):
+    """lmc convert of a log holding a datum that `lmc validate` refuses fails with validate's
+    message and writes nothing (it copied such a log to jsonl, exit 0, and to Parquet where
+    Arrow took the values: a negative index, 2.0 as 2, a completion twice, a column of
+    strings cast to numbers)."""
+    data = [json.loads(line) for line in (DATA / log).read_text().splitlines()]
+    for row in (range(len(data)) if rows == "all" else rows):
+        _spoilt(data[row], change)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps(datum) + "\n" for datum in data))
+    validate = subprocess.run([sys.executable, "-m", "lmchallenge", "validate", str(bad)],
+                              capture_output=True, text=True)
+    assert validate.returncode == 2 and validate.stderr.startswith(f"lmc: error: {bad}:")
+    run = subprocess.run([sys.executable, "-m", "lmchallenge", "convert", str(bad), "-o",
+                          str(tmp_path / output)], capture_output=True, text=True)
+    assert (run.returncode, run.stderr) == (2, validate.stderr)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["bad.jsonl"]
+
+
+def test_a_valid_log_with_negative_numbers_elsewhere_converts_column_wise(tmp_path, monkeypatch):
+    """The column-wise checks refuse no valid log (negative log-probabilities, lists of
+    completions that share strings across prefixes): the datum path made unusable, each
+    game's log is still written, equal to the datum path's file."""
+    import lmchallenge.logs.convert as module
+    for log in ("kjv.o2.wc.jsonl", "kjv.o2.we.jsonl", "kjv.o2.ce.jsonl", "rails.wc.jsonl"):
+        expected = tmp_path / f"{log}.datums.parquet"
+        assert module.write_log(read_log(str(DATA / log)), str(expected)) > 0
+        with monkeypatch.context() as patch:
+            patch.setattr(module, "write_log", None)
+            convert(str(DATA / log), str(tmp_path / f"{log}.parquet"))
+        assert (tmp_path / f"{log}.parquet").read_bytes() == expected.read_bytes()

@@ -1,7 +1,7 @@
 """One log datum checked against the LM Challenge 5.x log schema (``log.schema`` beside this
 module, JSON Schema 2020-12; docs/formats.md, "Log"): what ``lmc validate`` says of it, and
 what every reader says of a datum it cannot take; and a log's files checked datum by datum
-(:func:`validate_files`).
+(:func:`validate_files`, :func:`checked`).
 
 The schema is checked twice over: first by ``jsonschema-rs`` (a compiled validator, about
 0.4 us a datum), which only lets a datum through; a datum it does not let through, or one
@@ -12,8 +12,9 @@ whose Python types it does not tell apart as the readers do, is judged by ``json
 from __future__ import annotations
 
 import functools
+import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import jsonschema
@@ -88,9 +89,20 @@ def _field(error: jsonschema.ValidationError) -> str:
 def problem(datum: Any) -> str | None:
     """What is wrong with one datum (the field and the schema's complaint, or a number that
     is not finite), or None."""
-    if _surely_valid(datum):
-        return _non_finite(datum)
+    if _surely_valid(datum):    # (a number can be only where the schema allows one)
+        return _non_finite({key: value for key, value in datum.items()
+                            if key not in _properties_without_numbers()})
     return _schema_problem(datum)
+
+
+@functools.cache
+def _properties_without_numbers() -> frozenset[str]:
+    """The schema's properties that hold no ``number`` at any depth (an ``integer`` is
+    not a float in a datum :func:`_surely_valid` lets through): no NaN or infinity can be
+    in them, and :func:`problem` does not look (``completions``' strings were 3 of
+    ``lmc validate``'s 6 s for a ``wc`` log of 157,492 datums)."""
+    return frozenset(name for name, spec in schema()["properties"].items()
+                     if '"number"' not in json.dumps(spec))
 
 
 def _schema_problem(datum: Any) -> str | None:
@@ -148,9 +160,19 @@ def validate_files(files: Iterable[tuple[str, Iterable[Any]]]) -> int:
             datums from 1: the line number of a jsonlines log without blank lines), or for
             the first datum of another game than the first datum's.
     """
-    total, games = 0, None
+    return sum(1 for _ in checked(files))
+
+
+def checked(files: Iterable[tuple[str, Iterable[Any]]]) -> Iterator[Any]:
+    """The datums of the files of one log, in order, each checked as :func:`validate_files`
+    checks it before it is yielded (``lmc convert``: no log is written that ``lmc validate``
+    refuses).
+
+    Raises:
+        InputError: as :func:`validate_files`, when the bad datum is reached.
+    """
+    games = None
     for name, data in files:
-        n = 0
         for n, datum in enumerate(data, start=1):
             reason = problem(datum)
             found = payload_games(datum) if reason is None and isinstance(datum, dict) else []
@@ -161,5 +183,4 @@ def validate_files(files: Iterable[tuple[str, Iterable[Any]]]) -> int:
                               f"{'/'.join(games)}: a log holds one game")
             if reason is not None:
                 raise InputError(name, n, reason)
-        total += n
-    return total
+            yield datum

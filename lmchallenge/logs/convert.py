@@ -46,8 +46,9 @@ def convert(source: str, destination: str, game: str | None = None) -> int:
     Returns:
         The number of datums written.
     Raises:
-        lmchallenge.errors.InputError: the source is missing or not a readable log, or the
-            destination cannot be written (before anything is read).
+        lmchallenge.errors.InputError: the source is missing or not a readable log, a datum
+            is one ``lmc validate`` refuses (``FILE:N: field F: ...``; nothing is written),
+            or the destination cannot be written (before anything is read).
     """
     # not into a run dir it reads (review: it replaced a part file, then failed); a file
     # converted in place is read whole before it is replaced (atomic_path)
@@ -56,17 +57,17 @@ def convert(source: str, destination: str, game: str | None = None) -> int:
     parts = [str(p) for p in run_dir_parts(source)] if run_dir else [source]
     if run_dir and destination != "-" and all(joins_as_is(part, destination) for part in parts):
         return join_logs(parts, destination, game)      # no datum to read
-    # each file's datums checked under its own name (a run dir's part, as lmc validate says)
-    first, data = _peek(itertools.chain.from_iterable(
-        _nulls_refused(read_log(part), part) for part in parts))
+    # every datum checked as lmc validate checks it, under its file's name (a run dir's
+    # part): no log is written that the other commands refuse
+    from lmchallenge.logs.check import checked
+    first, data = _peek(checked((part, read_log(part)) for part in parts))
     if game is None and first is not None:
         game = detect_game(first)
     if game is not None:
         written = _columns_written(parts, destination, game)
         if written is not None:
             return written
-    with _located(parts, destination):
-        return write_log(data, destination, game=game)
+    return write_log(data, destination, game=game)
 
 
 def _columns_written(sources: Sequence[str], destination: str, game: str) -> int | None:

@@ -8,12 +8,13 @@ the log (:func:`lmchallenge.logs.jsonl_columns.parsed_blocks`: only where Arrow 
 block exactly as Python's ``json`` would) and writes them, typed as the datum path types
 them (:func:`lmchallenge.logs.parquet.schema_for`), in the same row groups.
 
-It answers only for a log it can certainly write so: every block has columns, and each
-datum has exactly the keys the datum path requires of the game (:func:`_certain`).
-Otherwise (a ``wr`` log, a block Arrow does not read as Python does, a key missing or of
-another game, a null where a log has a value, an empty log) it writes nothing and returns
-None, and the caller converts datum by datum, which writes the same file or refuses the
-log with its error.
+It answers only for a log it can certainly write so: every block has columns, each datum
+has exactly the keys the datum path requires of the game (:func:`_certain`), and its
+values are what ``lmc validate`` takes (:func:`_valid`).  Otherwise (a ``wr`` log, a
+block Arrow does not read as Python does, a key missing or of another game, a null where
+a log has a value, a negative index, a completion twice, an empty log) it writes nothing
+and returns None, and the caller converts datum by datum, which writes the same file or
+refuses the log with its error.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ def write_columns(sources: str | Sequence[str], destination: str, game: str,
                         # each file's blocks are typed by its own first datum: a part of
                         # other users (or none) than the first's is the datum path's
                         raise _NotCertain("users of another type than the first file's")
+                    _valid(table)
                     writer.add(_typed(table, writer.schema))
                 if writer is None or writer.rows == 0:
                     raise _NotCertain("an empty log")    # (its schema: the datum path's)
@@ -132,6 +134,42 @@ def _every_row_has(block: Block, key: str) -> None:
     assert block.table is not None
     if sum(1 for _ in _KEYS[key].finditer(block.data)) != block.table.num_rows:
         raise _NotCertain(f"a row without {key}")
+
+
+INDICES = ("message", "token", "character")
+"""The columns of indices, integers from 0 (the log schema's ``minimum``)."""
+
+
+def _valid(table: pa.Table) -> None:
+    """Raise _NotCertain unless ``table``'s values are what ``lmc validate`` takes beyond
+    their types (which Arrow's reader has held to the log's,
+    :data:`lmchallenge.logs.jsonl_columns.SCHEMA`): no negative index (:data:`INDICES`) and
+    no list of completions with a string twice (the schema's ``uniqueItems``;
+    :func:`_repeats`).  The datum path then names the datum that is not, with ``lmc
+    validate``'s message."""
+    if any(pc.min(table.column(name)).as_py() < 0 for name in INDICES):
+        raise _NotCertain("a negative index")
+    if "completions" in table.column_names and _repeats(table.column("completions")):
+        raise _NotCertain("a completion twice in a list")
+
+
+def _repeats(completions: pa.ChunkedArray) -> bool:
+    """Whether a list of ``completions`` (``list<list<string>>``: a datum's lists, one per
+    typed prefix) holds a string twice: in each chunk, each string's dictionary code paired
+    with its list's number, sorted, then neighbours compared (the lists come in order, so
+    the sort is short work: about 0.5 s for 8.6 million completions, BENCHMARKS.md,
+    "convert")."""
+    import numpy as np
+    for chunk in completions.chunks:
+        lists = pc.list_flatten(chunk)
+        codes = pc.dictionary_encode(pc.list_flatten(lists))
+        keys = pc.list_parent_indices(lists).to_numpy().astype(np.int64)
+        keys *= len(codes.dictionary)
+        keys += codes.indices.to_numpy()
+        keys.sort()
+        if np.any(keys[1:] == keys[:-1]):
+            return True
+    return False
 
 
 def _typed(table: pa.Table, schema: pa.Schema) -> pa.Table:
