@@ -113,8 +113,15 @@ _LOAD_ERRORS = (OSError, ValueError, ImportError, KeyError, struct.error)
 short, read past its end)."""
 
 
+class _Truncated(ValueError):
+    """A ``.gguf`` file cut inside its tensors' data (:func:`_truncation_said`); its message
+    is ours, shown as it is."""
+
+
 def _reason(error: BaseException) -> str:
     """Why a model could not be read, in one line."""
+    if isinstance(error, _Truncated):
+        return str(error)
     if isinstance(error, struct.error):
         return f"the file ends too soon: truncated, or not a GGUF file ({first_line(error)})"
     return first_line(error)
@@ -163,13 +170,29 @@ def _gguf_parsed_once() -> Iterator[None]:
         return
     with _GGUF_PATCHED:
         reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
-        gguf.GGUFReader = _memoised(reader, lambda path, mode="r": (
+        gguf.GGUFReader = _memoised(_truncation_said(reader), lambda path, mode="r": (
             (os.fspath(path), mode) if mode == "r" else None))
         gguf.get_tensor_name_map = _memoised(name_map, lambda arch, n_blocks: (arch, n_blocks))
         try:
             yield
         finally:
             gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
+
+
+def _truncation_said(reader: Callable[..., Any]) -> Callable[..., Any]:
+    """gguf's ``GGUFReader``, saying a file cut inside its tensors' data is: the reader
+    views each tensor's bytes in the file and shapes them as its header says (numpy's
+    ``cannot reshape array of size 1214336 into shape (49152,612)`` where fewer bytes are
+    left: QA, an interrupted download)."""
+    def read(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return reader(*args, **kwargs)
+        except ValueError as error:
+            if not str(error).startswith("cannot reshape array"):
+                raise
+            raise _Truncated("the file ends too soon, inside its tensors' data: truncated (an "
+                             f"interrupted download?) ({first_line(error)})") from error
+    return read
 
 
 def _memoised(function: Callable[..., Any], key: Callable[..., Any]) -> Callable[..., Any]:
