@@ -1011,36 +1011,24 @@ def test_files_beside_a_gguf_do_not_replace_its_tokenizer(tmp_path):
         (tmp_path / "alone" / "tokenizer.json").read_bytes()
 
 
-def test_a_truncated_gguf_is_named_as_such(tmp_path):
+@pytest.mark.parametrize("size, reason", [
+    (100_000, "the file ends too soon: truncated, or not a GGUF file (error: "),
+    # QA: a GGUF cut after its header (an interrupted download) said only numpy's
+    # "cannot reshape array of size 1214336 into shape (49152,612)"
+    (3_000_000, "the file ends too soon, inside its tensors' data: truncated (an interrupted "
+                "download?) (ValueError: cannot reshape array of size ")])
+def test_a_truncated_gguf_is_named_as_such(tmp_path, size, reason):
     if not SMOLLM2.exists():
         pytest.skip(f"{SMOLLM2} missing: run scripts/fetch-smollm2.sh (.ci/neural does)")
     pytest.importorskip("gguf")
     cut = tmp_path / "cut.gguf"
     with open(SMOLLM2, "rb") as f:
-        cut.write_bytes(f.read(100_000))
+        cut.write_bytes(f.read(size))
     result = subprocess.run([str(BIN / "lmc-neural"), "serve", str(cut)], input="", capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 2
-    assert result.stderr.startswith(f"lmc-neural: error: model '{cut}': cannot load the model: the "
-                                    "file ends too soon: truncated, or not a GGUF file (error: ")
-
-
-def test_a_gguf_cut_inside_its_tensors_is_named_as_truncated(tmp_path):
-    """QA: a GGUF cut after its header (an interrupted download) said only numpy's
-    ``cannot reshape array of size 1214336 into shape (49152,612)``."""
-    if not SMOLLM2.exists():
-        pytest.skip(f"{SMOLLM2} missing: run scripts/fetch-smollm2.sh (.ci/neural does)")
-    pytest.importorskip("gguf")
-    cut = tmp_path / "cut.gguf"
-    with open(SMOLLM2, "rb") as f:
-        cut.write_bytes(f.read(3_000_000))
-    result = subprocess.run([str(BIN / "lmc-neural"), "serve", str(cut)], input="", capture_output=True,
-                            text=True, timeout=300)
-    assert result.returncode == 2
-    assert result.stderr.startswith(
-        f"lmc-neural: error: model '{cut}': cannot load the model: the file ends too soon, inside "
-        "its tensors' data: truncated (an interrupted download?) (ValueError: cannot reshape array "
-        "of size ")
+    assert result.stderr.startswith(f"lmc-neural: error: model '{cut}': cannot load the model: "
+                                    f"{reason}")
 
 
 def test_a_file_that_is_not_gguf_is_named_as_such(tmp_path):
