@@ -808,6 +808,25 @@ def test_resume_of_a_run_dir_that_does_not_exist_is_refused(tmp_path):
     assert not run_dir.exists()
 
 
+def test_a_part_deleted_after_the_run_is_refused_then_made_again(tmp_path):
+    """A finished run's part deleted: every reader refuses the run dir, saying what to do
+    (QA: it said only that the part was missing), and --resume makes it again."""
+    corpus = tagged_corpus(tmp_path / "corpus.txt", 20)
+    run_dir = tmp_path / "run"
+    argv = run_args(corpus, run_dir, extra=RUN_OPTIONS)
+    assert subprocess.run(argv, capture_output=True, timeout=300).returncode == 0
+    before = lmc("stats", str(run_dir)).stdout
+    part = run_dir / json.loads((run_dir / "_manifest.json").read_text())["partitions"][1]["file"]
+    part.unlink()
+    refused = lmc("stats", str(run_dir))
+    assert (refused.returncode, refused.stderr) == (2, (
+        f"lmc: error: {part}: missing: the run's manifest lists it as finished: finish the run "
+        "with `lmc-dist run ... --resume`\n"))
+    resumed = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert part.exists() and lmc("stats", str(run_dir)).stdout == before
+
+
 @pytest.mark.parametrize("form", ["parquet", "jsonl", pytest.param("parquet, sizes not recorded",
                                                                    marks=pytest.mark.slow)])
 def test_a_part_changed_after_the_run_is_refused_then_made_again(tmp_path, form):

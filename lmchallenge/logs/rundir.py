@@ -208,7 +208,8 @@ def inspect(path: str) -> RunDir:
             done.append(index)
         elif manifest.get("finished"):
             raise InputError(os.path.join(path, entry["file"]), None,
-                             "missing: the run's manifest lists it as finished")
+                             "missing: the run's manifest lists it as finished: finish the "
+                             "run with `lmc-dist run ... --resume`")
     return RunDir(path, manifest, parts, done)
 
 
