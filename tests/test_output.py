@@ -167,6 +167,35 @@ def test_parquet_to_a_pipe_is_refused_before_any_work(tmp_path):
                                       "/dev/stdout); write .jsonl or .jsonl.gz to it\n")
 
 
+@pytest.mark.parametrize("users, said", [
+    ([7, 7, "7"], "user '7' is a string but user 7 of line 1 is an integer: the user column of a "
+                  "Parquet log holds one type (1 and \"1\" are different users); give every user "
+                  "as a string or every one as an integer, or write the log as jsonl"),
+    ([7, 7, 2**70], "user 1180591620717411303424 is an integer beyond 64 bits, more than the user "
+                    "column of a Parquet log holds (int64); write the log as jsonl, or give the "
+                    "users as strings")])
+def test_users_no_parquet_log_holds_stop_lmc_run_before_the_model(tmp_path, users, said):
+    """`lmc run --output X.parquet` of a corpus whose users no Parquet column holds is refused
+    naming the corpus' line, before the model starts (QA: the model ran until the first user
+    of the other type, then the error named the log's datum 3), as lmc-dist refuses it."""
+    import subprocess
+
+    from conftest import BIN, toy_model_command
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"user": user, "text": "in the beginning"}) + "\n"
+                              for user in users))
+    started = tmp_path / "started"
+    model = f"sh -c 'touch {started}; exec {toy_model_command()}'"
+    out = tmp_path / "log.parquet"
+    result = subprocess.run([str(BIN / "lmc"), "run", model, "we", str(corpus), "--output",
+                             str(out)], capture_output=True, text=True, timeout=120)
+    assert (result.returncode, result.stderr) == (2, f"lmc: error: {corpus}:3: {said}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl"]
+    ok = subprocess.run([str(BIN / "lmc"), "run", model, "we", str(corpus), "--output",
+                         str(tmp_path / "log.jsonl")], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and started.exists(), ok.stderr     # (the marker works)
+
+
 def test_lmc_dist_refuses_the_log_on_stdout_as_a_dash(tmp_path):
     import subprocess
 

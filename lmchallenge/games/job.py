@@ -14,7 +14,7 @@ from lmchallenge.corpus import (FileVersion, Message, UserGroups, check_unchange
                                 input_name, is_stream, read_corpus)
 from lmchallenge.games.runner import run_game
 from lmchallenge.games.spec import GameSpec
-from lmchallenge.logs.files import check_writable
+from lmchallenge.logs.files import check_writable, is_parquet_name
 from lmchallenge.logs.io import write_log
 from lmchallenge.logs.jsonl import write_jsonlines
 from lmchallenge.model.session import InProcessModel
@@ -46,7 +46,8 @@ class RunJob:
     output: str = "-"
 
 
-def validated_messages(path: str, fmt: str) -> tuple[int, Iterator[Message] | list[Message]]:
+def validated_messages(path: str, fmt: str, parquet: bool = False
+                       ) -> tuple[int, Iterator[Message] | list[Message]]:
     """Check the whole corpus before the model starts (so bad input costs no model time and
     leaves no half-written output); returns the message count and a fresh message source.
     Standard input and pipes (:func:`lmchallenge.corpus.is_stream`) are read once, into
@@ -54,7 +55,16 @@ def validated_messages(path: str, fmt: str) -> tuple[int, Iterator[Message] | li
     changed since the first began (:func:`lmchallenge.corpus.check_unchanged`: truncated,
     rewritten or replaced under the run, it would give a log of part of the corpus).  A json
     corpus whose users' rows are not each together is warned about
-    (:class:`lmchallenge.corpus.UserGroups`)."""
+    (:class:`lmchallenge.corpus.UserGroups`).
+
+    Raises:
+        InputError: the corpus is not one (``FILE:LINE: what is wrong``), or, with
+            ``parquet`` (the log is written as Parquet), its users are not of one type
+            that a Parquet log's user column holds
+            (:meth:`lmchallenge.logs.parquet.UserTypes.check_parquet`: QA, the run stopped
+            at the first user of the other type, naming the log's datum, not the corpus'
+            line, after the model's work on the rows before it).
+    """
     groups = UserGroups()
     source: Iterator[Message] | list[Message]
     if is_stream(path):
@@ -64,6 +74,11 @@ def validated_messages(path: str, fmt: str) -> tuple[int, Iterator[Message] | li
         before = file_version(path)
         count = groups.add_all((m.user, m.line) for m in read_corpus(path, fmt))
         source = _checked(path, fmt, before, count)
+    if parquet:
+        from lmchallenge.logs.parquet import UserTypes
+        types = UserTypes()
+        types.add_all(groups.users, groups.users.values())     # (each user at its first line)
+        types.check_parquet(input_name(path), "write the log as jsonl")
     warning = groups.warning(input_name(path))
     if warning is not None:
         LOG.warning("%s", warning)
@@ -98,7 +113,8 @@ def execute(job: RunJob) -> int:
         ModelError: the model failed (a file output is not created).
     """
     check_writable(job.output, (job.corpus, job.game.options.get("vocab")))
-    total, messages = validated_messages(job.corpus, job.corpus_format)
+    total, messages = validated_messages(job.corpus, job.corpus_format,
+                                         parquet=is_parquet_name(job.output))
     game = job.game.build(warn=True)
     stdout = sys.stdout
     # what a Python model prints goes to stderr: standard output is the log's (QA: a model's

@@ -34,6 +34,7 @@ direction holds a whole log in memory.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import itertools
 import operator
@@ -160,6 +161,52 @@ def mixed_users_message(user: Any, other: str, jsonl: str = "write the log as js
             f"but {other}: the user column of a Parquet log holds one type (1 and \"1\" are "
             f"different users); give every user as a string or every one as an integer, or "
             f"{jsonl}")
+
+
+@dataclasses.dataclass
+class UserTypes:
+    """The types of a corpus' users (a json corpus gives each as a string or an integer,
+    :mod:`lmchallenge.corpus`), for the type of the Parquet log's user column
+    (:data:`USER_TYPES`): ``lmc run`` and ``lmc-dist run`` check a corpus' before the
+    model starts.
+
+    Attributes:
+        first: per kind (:func:`user_kind`: ``string``,
+            ``integer``, ``wide``), the line of its first user and the user.
+    """
+
+    first: dict[str, tuple[int, Any]] = dataclasses.field(default_factory=dict)
+
+    def add_all(self, users: Iterable[Any], lines: Iterable[int]) -> None:
+        """Note ``users`` (of json rows, in the corpus' order, or each user once with its
+        first line; None for none), each read from its line of ``lines``."""
+        previous: Any = None
+        for user, line in zip(users, lines):
+            if user is not None and user != previous:
+                kind = user_kind(user)
+                if kind not in self.first:
+                    self.first[kind] = (int(line), user)
+            previous = user
+
+    @property
+    def kind(self) -> str:
+        """``integer`` where every user is an integer (at least one), ``mixed`` where
+        strings and integers occur, else ``string``."""
+        integers = bool({"integer", "wide"} & set(self.first))
+        return ("mixed" if "string" in self.first else "integer") if integers else "string"
+
+    def check_parquet(self, name: str, jsonl: str) -> None:
+        """Raise InputError (naming ``name`` and the line) if no Parquet user column holds
+        these users (an integer beyond 64 bits; strings and integers); ``jsonl`` says how to
+        write jsonl instead."""
+        if "wide" in self.first:
+            line, user = self.first["wide"]
+            raise InputError(name, line, wide_user_message(user, jsonl))
+        if self.kind != "mixed":
+            return
+        (line, user), (other_line, other) = sorted(self.first.values(), key=lambda v: -v[0])
+        raise InputError(name, line, mixed_users_message(
+            user, f"user {other!r} of line {other_line} is {a_kind(other)}", jsonl))
 
 
 # --- writing --------------------------------------------------------------------------
