@@ -270,3 +270,32 @@ def test_a_valid_log_with_negative_numbers_elsewhere_converts_column_wise(tmp_pa
             patch.setattr(module, "write_log", None)
             convert(str(DATA / log), str(tmp_path / f"{log}.parquet"))
         assert (tmp_path / f"{log}.parquet").read_bytes() == expected.read_bytes()
+
+
+@pytest.mark.parametrize("source, said", [
+    ("file", "{bad}:4: user 'x' is a string but user 7 of line 2 is an integer"),
+    ("run_dir", "{bad}/part-00001.jsonl:1: user 'x' is a string but user 7 of "
+                "{bad}/part-00000.jsonl:2 is an integer"),
+    ("wide", "{bad}:4: user 1180591620717411303424 is an integer beyond 64 bits")])
+def test_users_no_parquet_log_holds_are_named_by_file_and_line(tmp_path, source, said):
+    """lmc convert -o X.parquet of a log of users of both types (a valid log) named the output
+    and its datum number (`x.parquet: datum 4: ...`); now the log's file and line, as
+    lmc run and lmc-dist name the corpus'."""
+    data = [json.loads(line) for line in (DATA / "kjv.o2.we.jsonl").read_text().splitlines()[:6]]
+    for i, datum in enumerate(data):
+        datum["user"] = None if i == 0 else 7 if i < 3 else (2**70 if source == "wide" else "x")
+    lines = [json.dumps(datum) + "\n" for datum in data]
+    bad = tmp_path / ("run" if source == "run_dir" else "bad.jsonl")
+    if source == "run_dir":
+        bad.mkdir()
+        (bad / "part-00000.jsonl").write_text("".join(lines[:3]))
+        (bad / "part-00001.jsonl").write_text("".join(lines[3:]))
+    else:
+        bad.write_text("".join(lines))
+    out = tmp_path / "out.parquet"
+    run = subprocess.run([sys.executable, "-m", "lmchallenge", "convert", str(bad), "-o",
+                          str(out)], capture_output=True, text=True)
+    assert run.returncode == 2 and not out.exists()
+    assert run.stderr.startswith(f"lmc: error: {said.format(bad=bad)}"), run.stderr
+    assert run.stderr.endswith(", or write the log as jsonl\n" if source != "wide" else
+                               "; write the log as jsonl, or give the users as strings\n")

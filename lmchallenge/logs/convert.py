@@ -19,6 +19,7 @@ import itertools
 import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from lmchallenge.corpus import is_stream
 from lmchallenge.errors import InputError
@@ -60,7 +61,10 @@ def convert(source: str, destination: str, game: str | None = None) -> int:
     # every datum checked as lmc validate checks it, under its file's name (a run dir's
     # part): no log is written that the other commands refuse
     from lmchallenge.logs.check import checked
-    first, data = _peek(checked((part, read_log(part)) for part in parts))
+    users: dict[str, Any] = {}
+    first, data = _peek(checked(
+        (part, _users_of_one_type(read_log(part), part, users) if is_parquet_name(destination)
+         else read_log(part)) for part in parts))
     if game is None and first is not None:
         game = detect_game(first)
     if game is not None:
@@ -99,6 +103,31 @@ def _located(sources: Sequence[str], destination: str) -> Iterator[None]:
         from lmchallenge.logs.check import validate_files
         validate_files((source, read_log(source)) for source in sources)
         raise
+
+
+def _users_of_one_type(data: Iterable[Datum], name: str, first: dict[str, Any]
+                       ) -> Iterator[Datum]:
+    """The datums of the log file ``name``; InputError ``NAME:N: user 'x' is a string but
+    user 7 of line 1 is an integer: ...`` (:func:`lmchallenge.logs.parquet.mixed_users_message`;
+    an integer beyond 64 bits, :func:`~lmchallenge.logs.parquet.wide_user_message`) for the
+    first user a Parquet log's user column cannot hold with the users before it, named by
+    its file and line (the Parquet writer names its own datum number: QA).  ``first`` holds
+    the first user seen (of this file or one before it in the same log) and where it was."""
+    from lmchallenge.logs.parquet import a_kind, mixed_users_message, user_kind, wide_user_message
+    for number, datum in enumerate(data, start=1):
+        user = datum.get("user") if isinstance(datum, dict) else None
+        kind = None if user is None else user_kind(user)
+        if kind == "wide":
+            raise InputError(name, number, wide_user_message(user))
+        if kind is not None:
+            if not first:
+                first.update(kind=kind, user=user, name=name, number=number)
+            elif kind != first["kind"]:
+                where = (f"line {first['number']}" if first["name"] == name
+                         else f"{first['name']}:{first['number']}")
+                raise InputError(name, number, mixed_users_message(
+                    user, f"user {first['user']!r} of {where} is {a_kind(first['user'])}"))
+        yield datum
 
 
 NULLABLE = frozenset({"user", "logp", "select"})
