@@ -488,6 +488,7 @@ def scan(path: str, fmt: str, size: int | PartitionSize | ForCluster, train: boo
         raise InputError(path, None, "a pipe or standard input, not a file: lmc-dist reads the "
                                      "corpus by byte ranges on the workers; write it to a file "
                                      "first (lmc run reads pipes)")
+    _check_protocol(path)
     before = file_version(path)
     try:
         fmt = detect_format(path) if fmt == "auto" else fmt
@@ -502,6 +503,22 @@ def scan(path: str, fmt: str, size: int | PartitionSize | ForCluster, train: boo
             return replace(result, sha256=sha256)
     except FileNotFoundError:
         raise InputError(path, None, "no such file") from None
+
+
+def _check_protocol(path: str) -> None:
+    """Refuse a URL whose file system fsspec cannot use here: an unknown protocol, or one
+    whose package is not installed (QA: ``--input s3://...`` without s3fs ended in
+    fsspec's ImportError traceback).
+
+    Raises:
+        InputError: ``PATH: cannot read it here: Install s3fs to access S3`` (fsspec's words).
+    """
+    try:
+        fsspec.core.url_to_fs(path)
+    except ImportError as error:
+        raise InputError(path, None, f"cannot read it here: {error}") from None
+    except ValueError as error:     # fsspec: "Protocol not known: x"
+        raise InputError(path, None, f"cannot read it here: {error}") from None
 
 
 def _cut(path: str, fmt: str, size: PartitionSize | ForCluster, train: bool, work_dir: str,

@@ -415,7 +415,9 @@ def read_corpus(path: str, fmt: str = "auto") -> Iterator[Message]:
     try:
         opened = open_binary(path)
     except FileNotFoundError:
-        raise InputError(path, None, "no such file") from None
+        raise InputError(path, None, "no such file" + (
+            " (a local file or standard input is read here, not a URL: lmc-dist run --input "
+            "reads URLs)" if "://" in path else "")) from None
     except OSError as e:
         raise InputError(path, None, f"cannot open: {e.strerror}") from None
     name = input_name(path)

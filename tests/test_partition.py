@@ -99,6 +99,20 @@ def test_gz_input_cuts_as_the_plain_file(tmp_path: Path) -> None:
             scan(str(tmp_path / missing), "json", 5000, False, str(tmp_path / "b"))
 
 
+def test_a_url_fsspec_cannot_read_here_is_refused_by_name(tmp_path: Path, monkeypatch) -> None:
+    """QA: `lmc-dist run --input s3://...` without s3fs ended in fsspec's ImportError
+    traceback (and an unknown protocol in its ValueError's)."""
+    from fsspec.registry import known_implementations
+    monkeypatch.setitem(known_implementations, "lmcmissing",
+                        {"class": "lmc_no_such_package.FileSystem",
+                         "err": "Install lmc-no-such-package to access it"})
+    for url, said in (("nosuchproto://c.txt", "Protocol not known: nosuchproto"),
+                      ("lmcmissing://c.txt", "Install lmc-no-such-package to access it")):
+        with pytest.raises(InputError) as caught:
+            scan(url, "auto", 5000, False, str(tmp_path))
+        assert str(caught.value) == f"{url}: cannot read it here: {said}"
+
+
 def test_resume_refuses_a_run_dir_cut_otherwise(tmp_path: Path) -> None:
     """A run dir whose partitions were cut otherwise (say by an earlier version, before the
     taper) cannot be resumed: its finished part files would stand for other lines."""

@@ -150,6 +150,15 @@ def test_bad_corpus_names_file_and_line_and_writes_nothing(tmp_path, content, me
     assert not out.exists() and list(tmp_path.iterdir()) == [corpus]
 
 
+@pytest.mark.parametrize("corpus, said", [
+    ("nope.txt", "nope.txt: no such file"),
+    ("s3://bucket/c.txt", "s3://bucket/c.txt: no such file (a local file or standard input is "
+                          "read here, not a URL: lmc-dist run --input reads URLs)")])
+def test_a_missing_corpus_is_named_and_a_url_is_said_not_to_be_read(tmp_path, corpus, said):
+    result = run_lmc("run", toy_model_command(), "we", corpus, check=False)
+    assert (result.returncode, result.stderr.decode()) == (2, f"lmc: error: {said}\n")
+
+
 def test_bad_corpus_on_stdin_writes_nothing_to_stdout():
     result = run_lmc("run", toy_model_command(), "we",
                      stdin=b'{"text": "a b c"}\n{"text": "d"}\n{"txt": 1}\n', check=False)

@@ -579,6 +579,12 @@ def test_a_run_that_writes_nothing_leaves_no_run_dir(tmp_path):
                       "--run-dir", str(made), "--no-progress")
     assert failed.returncode == 2 and "nope.txt: no such file" in failed.stderr
     assert not made.exists()
+    failed = lmc_dist("run", toy_model_command(), "we", "--input", "nosuchproto://nope.txt",
+                      "--run-dir", str(made), "--no-progress")
+    assert (failed.returncode, failed.stderr) == (2, "lmc-dist: error: nosuchproto://nope.txt: "
+                                                     "cannot read it here: Protocol not known: "
+                                                     "nosuchproto\n")
+    assert not made.exists()
     existing = tmp_path / "existing"
     existing.mkdir()
     again = lmc_dist("run", toy_model_command(), "we", "--input", str(tmp_path / "nope.txt"),
