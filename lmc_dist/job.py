@@ -29,8 +29,8 @@ from distributed import Client, as_completed
 from distributed.comm.core import CommClosedError
 from tqdm import tqdm
 
-from lmchallenge.corpus import check_unchanged
-from lmchallenge.errors import LmcError, ModelError
+from lmchallenge.corpus import check_unchanged, is_url
+from lmchallenge.errors import InputError, LmcError, ModelError
 from lmchallenge.games.job import warn_empty_log
 from lmchallenge.games.typos import read_vocabulary
 from lmchallenge.logs.convert import convert_file, join_logs
@@ -50,7 +50,8 @@ from lmc_dist.pool import register_model_pool, release_models
 from lmc_dist.quiet import TASK_PREFIX, start_without_sigint
 from lmc_dist.sizing import ForCluster, PartitionSize, query_cost, recorded_size
 from lmc_dist.spec import DistJob
-from lmc_dist.worker import PartitionTask, evaluate_partition, finish_models, part_name
+from lmc_dist.worker import (PartitionTask, evaluate_partition, finish_models, part_name,
+                             state_of_existing_part)
 
 LOG = logging.getLogger(__name__)
 STOPPED_EARLY = "stopped_early"
@@ -175,10 +176,14 @@ def execute(job: DistJob) -> RunReport:
         check_writable(job.output, (job.input, job.game.options.get("vocab")))  # before any work
     if job.game.options.get("vocab") is not None:   # as lmc run reads it: FILE:LINE, at once
         read_vocabulary(job.game.options["vocab"], warn=True)
+    if is_url(job.run_dir):      # (QA: s3://b/run was written as the local s3:/b/run)
+        raise InputError(job.run_dir, None, "the run dir cannot be a URL: it is a directory on "
+                         "a file system that the client and every worker mount at the same path "
+                         "(deploy/README.md)")
     if job.out_format == "parquet":
         check_parquet_name(os.path.abspath(job.run_dir), "the run dir's path, which its "
                            "Parquet parts' paths hold,", "write jsonl parts (--part-format jsonl)")
-    if job.resume and not os.path.exists(job.run_dir) and "://" not in job.run_dir:
+    if job.resume and not os.path.exists(job.run_dir):
         raise LmcError(f"{job.run_dir}: no such run dir to resume (without --resume, lmc-dist "
                        "run starts a run there)")
     with commit.locked(job.run_dir):
@@ -291,8 +296,8 @@ def _run_scanned(job: DistJob, client: Client, scanned: Any, old: dict[str, Any]
     mf.save(job.run_dir, manifest)
 
     model_files = files_as_named(job.predictor.describe(), job.predictor.options)
-    tasks = [PartitionTask(run_dir=os.path.abspath(job.run_dir), input_path=os.path.abspath(scanned.path)
-                           if "://" not in scanned.path else scanned.path,
+    tasks = [PartitionTask(run_dir=os.path.abspath(job.run_dir), input_path=scanned.path if is_url(scanned.path)
+                           else os.path.abspath(scanned.path),
                            corpus_name=job.input, corpus_format=scanned.corpus_format, partition=p,
                            game=job.game, predictor=job.predictor, train=job.train,
                            out_format=job.out_format, user_type=manifest["user_type"],
@@ -461,9 +466,18 @@ def _summary_on_worker(key: str, dask_worker=None) -> dict[str, Any]:
     return dask_worker.data[key].summary()
 
 
-def summary_now(client: Client, future: Any) -> dict[str, Any]:
+def summary_now(client: Client, future: Any, task: PartitionTask, entry: dict[str, Any]
+                ) -> dict[str, Any]:
     """The finished partition ``future``'s summary, asked of the worker that holds it at
-    once; through a task only if that worker is gone (Dask then reads the file again).
+    once; where that worker is gone, from the part file it wrote before its task ended
+    (made by the task, not read back, where its manifest ``entry`` was not done or records
+    another size; its timings and worker are then None), and only without one through a
+    task.
+
+    A task that depends on a lost result is run again on the workers, and is lost with them
+    again where they keep dying (QA: a Python model's segmentation faults on the one worker
+    took the summary's task with them, 4 times, and the run ended in Dask's KilledWorker
+    traceback).
 
     Raises:
         CancelledError: the client lost the scheduler (Dask cancels its futures).
@@ -474,9 +488,14 @@ def summary_now(client: Client, future: Any) -> dict[str, Any]:
     for address in holders:
         try:
             return client.run(_summary_on_worker, future.key, workers=[address])[address]
-        except Exception:  # noqa: BLE001 - the worker left or spilled it: ask through a task
+        except Exception:  # noqa: BLE001 - the worker left or spilled it: from the file
             break
-    return submit(client, _summary, future, pure=False).result()
+    path = finished_part(task.run_dir, os.path.basename(task.output_path))
+    if path is None:
+        return submit(client, _summary, future, pure=False).result()
+    outcome = state_of_existing_part(str(path), task.partition.index, task.partition.characters)
+    made = entry["state"] != "done" or entry.get("bytes") != outcome.bytes
+    return dict(outcome.summary(), made=made, elapsed=None, began=None, worker=None)
 
 
 def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], manifest: dict[str, Any],
@@ -504,6 +523,7 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], ma
         if job.train else tasks
     futures: dict[Any, int] = {}
     outcomes: dict[int, Any] = {}
+    by_index = {task.partition.index: task for task in tasks}
     for rank, task in enumerate(order):
         index = task.partition.index
         key = f"{TASK_PREFIX}part-{index:05d}-{run_id}"
@@ -540,7 +560,7 @@ def _run_partitions(client: Client, job: DistJob, tasks: list[PartitionTask], ma
                     break
             else:
                 succeeded = True
-                summary = summary_now(client, future)
+                summary = summary_now(client, future, by_index[index], entry)
                 tokens += summary["rows"]
                 if summary["made"]:
                     made.add(index)

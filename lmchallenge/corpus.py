@@ -169,7 +169,13 @@ def is_special_file(path: str | os.PathLike) -> bool:
 def is_stream(path: str) -> bool:
     """Whether ``path`` can be read only once: ``-`` (standard input) or a special file
     (:func:`is_special_file`); a URL, a regular file, a directory or a missing path is not."""
-    return path == "-" or ("://" not in path and is_special_file(path))
+    return path == "-" or (not is_url(path) and is_special_file(path))
+
+
+def is_url(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a URL (``s3://bucket/key``, ``memory://x``: anything with ``://``,
+    as fsspec splits a protocol off), not a local path."""
+    return "://" in os.fspath(path)
 
 
 FileVersion = tuple[int, int, int, int]
@@ -180,7 +186,7 @@ of it (rewritten, truncated, replaced) has another."""
 def file_version(path: str) -> FileVersion | None:
     """The :data:`FileVersion` of the regular local file ``path`` (None for a stream, a URL
     or a missing path)."""
-    if path == "-" or "://" in path:
+    if path == "-" or is_url(path):
         return None
     try:
         info = os.stat(path)
@@ -417,7 +423,7 @@ def read_corpus(path: str, fmt: str = "auto") -> Iterator[Message]:
     except FileNotFoundError:
         raise InputError(path, None, "no such file" + (
             " (a local file or standard input is read here, not a URL: lmc-dist run --input "
-            "reads URLs)" if "://" in path else "")) from None
+            "reads URLs)" if is_url(path) else "")) from None
     except OSError as e:
         raise InputError(path, None, f"cannot open: {e.strerror}") from None
     name = input_name(path)

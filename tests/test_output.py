@@ -196,6 +196,38 @@ def test_users_no_parquet_log_holds_stop_lmc_run_before_the_model(tmp_path, user
     assert ok.returncode == 0 and started.exists(), ok.stderr     # (the marker works)
 
 
+WRITTEN_BY_URL = "cannot write to a URL: give a local path (or one on a file system mounted here)"
+
+
+@pytest.mark.parametrize("argv, url, said", [
+    (["lmc", "run", "{model}", "we", "c.txt", "--output", "{url}"], "s3://b/log.jsonl",
+     f"lmc: error: s3://b/log.jsonl: {WRITTEN_BY_URL}"),
+    (["lmc", "convert", "{log}", "-o", "{url}"], "gs://b/log.parquet",
+     f"lmc: error: gs://b/log.parquet: {WRITTEN_BY_URL}"),
+    (["lmc", "grep", "the", "{log}", "-o", "{url}"], "s3://b/sel.jsonl.gz",
+     f"lmc: error: s3://b/sel.jsonl.gz: {WRITTEN_BY_URL}"),
+    (["lmc-ngram", "train", "c.txt", "-o", "{url}"], "s3://b/m.lm",
+     f"lmc-ngram: error: s3://b/m.lm: {WRITTEN_BY_URL}"),
+    (["lmc-dist", "run", "{model}", "we", "--input", "c.txt", "--run-dir", "run", "--output",
+      "{url}"], "s3://b/all.parquet", f"lmc-dist: error: s3://b/all.parquet: {WRITTEN_BY_URL}"),
+    (["lmc-dist", "run", "{model}", "we", "--input", "c.txt", "--run-dir", "{url}"], "s3://b/run",
+     "lmc-dist: error: s3://b/run: the run dir cannot be a URL: it is a directory on a file "
+     "system that the client and every worker mount at the same path (deploy/README.md)")])
+def test_an_output_that_is_a_url_is_refused_not_written_as_a_local_path(tmp_path, argv, url,
+                                                                        said):
+    """QA: `--run-dir s3://b/run`, `--output s3://b/x.parquet` (and every other output) were
+    written to the local directory `s3:/b/...`, and the run said it had written s3://b/run."""
+    import subprocess
+
+    from conftest import BIN, toy_model_command
+    (tmp_path / "c.txt").write_text("in the beginning\n")
+    names = {"model": toy_model_command(), "log": str(LOGS / "kjv.o1.we.jsonl"), "url": url}
+    result = subprocess.run([str(BIN / argv[0]), *(arg.format(**names) for arg in argv[1:])],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert (result.returncode, result.stderr) == (2, said + "\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt"]
+
+
 def test_lmc_dist_refuses_the_log_on_stdout_as_a_dash(tmp_path):
     import subprocess
 

@@ -467,6 +467,43 @@ def test_a_partition_rerun_after_the_commit_reads_its_file(tmp_path):
     assert not (run_dir / "_temporary").exists()
 
 
+def test_a_summary_whose_worker_lost_it_is_read_from_the_part_file(tmp_path):
+    """The client asks a finished partition's summary of the worker holding it; where that
+    worker has lost it (died on another partition), the summary came from a task depending
+    on it, which Dask ran again on the workers and lost with them again while they kept dying
+    (QA: a KilledWorker traceback).  Now it is read from the part file the task wrote."""
+    from dataclasses import fields
+
+    from distributed import Client, LocalCluster
+
+    from lmchallenge.games.spec import GameSpec
+    from lmchallenge.model.spec import PredictorSpec
+    from lmc_dist.job import summary_now
+    from lmc_dist.partition import Partition
+    from lmc_dist.worker import PartitionTask, evaluate_partition
+
+    corpus = tagged_corpus(tmp_path / "corpus.txt", 20)
+    run_dir = tmp_path / "run"
+    done = subprocess.run(run_args(corpus, run_dir, extra=RUN_OPTIONS), capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()
+    entry = json.loads((run_dir / "_manifest.json").read_text())["partitions"][0]
+    partition = Partition(**{f.name: entry[f.name] for f in fields(Partition) if f.name in entry})
+    task = PartitionTask(run_dir=str(run_dir), input_path=str(corpus), corpus_name=str(corpus),
+                         corpus_format="text", partition=partition, game=GameSpec("we"),
+                         predictor=PredictorSpec("false"), train=False)
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        future = client.submit(evaluate_partition, task, pure=False)
+        future.result()
+        assert summary_now(client, future, task, entry)["worker"] is not None   # (held)
+        client.run(lambda dask_worker: dask_worker.data.__delitem__(future.key))  # lost
+        summary = summary_now(client, future, task, entry)
+        assert (summary["rows"], summary["bytes"], summary["made"]) == (entry["rows"],
+                                                                         entry["bytes"], False)
+        assert (summary["elapsed"], summary["began"], summary["worker"]) == (None, None, None)
+        assert summary_now(client, future, task, dict(entry, state="todo"))["made"] is True
+
+
 def test_a_task_of_another_run_writes_nothing_in_the_run_dir(tmp_path):
     """A client stopped by a signal leaves its running tasks to finish on their workers; a
     run that took the run dir over meanwhile (started anew: none of the first run's

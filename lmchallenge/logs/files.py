@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Literal
 
-from lmchallenge.corpus import is_gzip_name, is_special_file
+from lmchallenge.corpus import is_gzip_name, is_special_file, is_url
 from lmchallenge.errors import InputError
 from lmchallenge.logs import rundir
 
@@ -127,8 +127,12 @@ def check_writable(path: str, inputs: Iterable[str | None] = ()) -> None:
     (:func:`remove_stale_temporaries`).
 
     Raises:
-        InputError: naming ``path`` and why it cannot be written.
+        InputError: naming ``path`` and why it cannot be written (a URL: QA, ``s3://b/x.jsonl``
+            was written as the local file ``s3:/b/x.jsonl``).
     """
+    if is_url(path):
+        raise InputError(path, None, "cannot write to a URL: give a local path (or one on a "
+                                     "file system mounted here)")
     if path == "-" or written_in_place(path):
         if file_form(os.fspath(path)) == "parquet":
             raise InputError(path, None, "cannot write Parquet here: it is not a regular file "
