@@ -515,9 +515,7 @@ def _check_protocol(path: str) -> None:
     """
     try:
         fsspec.core.url_to_fs(path)
-    except ImportError as error:
-        raise InputError(path, None, f"cannot read it here: {error}") from None
-    except ValueError as error:     # fsspec: "Protocol not known: x"
+    except (ImportError, ValueError) as error:    # (ValueError: "Protocol not known: x")
         raise InputError(path, None, f"cannot read it here: {error}") from None
 
 
@@ -544,8 +542,7 @@ def _cut(path: str, fmt: str, size: PartitionSize | ForCluster, train: bool, wor
         cutter.add_block(block)
         if block.users is not None:
             groups.add_all(zip(block.users, (block.rows + block.first_line).tolist()))
-    users = UserTypes()         # (from each user's first line: one pass over the rows)
-    users.add_all(groups.users.keys(), groups.users.values())
+    users = UserTypes.of_users(groups.users)    # (each user's first line: one pass over the rows)
     partitions = cutter.finish()
     return ScanResult(path=plain, corpus_format=fmt, sha256="", partitions=partitions,
                       messages=sum(p.messages for p in partitions),

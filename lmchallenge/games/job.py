@@ -76,9 +76,7 @@ def validated_messages(path: str, fmt: str, parquet: bool = False
         source = _checked(path, fmt, before, count)
     if parquet:
         from lmchallenge.logs.parquet import UserTypes
-        types = UserTypes()
-        types.add_all(groups.users, groups.users.values())     # (each user at its first line)
-        types.check_parquet(input_name(path), "write the log as jsonl")
+        UserTypes.of_users(groups.users).check_parquet(input_name(path), "write the log as jsonl")
     warning = groups.warning(input_name(path))
     if warning is not None:
         LOG.warning("%s", warning)

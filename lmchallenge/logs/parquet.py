@@ -188,6 +188,14 @@ class UserTypes:
                     self.first[kind] = (int(line), user)
             previous = user
 
+    @classmethod
+    def of_users(cls, first_lines: dict[Any, int]) -> UserTypes:
+        """The types of the users ``first_lines`` (each user with the line of its first row,
+        in the corpus' order: :attr:`lmchallenge.corpus.UserGroups.users`)."""
+        types = cls()
+        types.add_all(first_lines.keys(), first_lines.values())
+        return types
+
     @property
     def kind(self) -> str:
         """``integer`` where every user is an integer (at least one), ``mixed`` where
