@@ -113,7 +113,8 @@ def run_options(function):
                      help="Extra attempts of a failed partition (and rounds that make again "
                           "the partitions of a model process that failed later)."),
         click.option("--output", metavar="FILE", callback=not_empty,
-                     help="Also write the whole log here (.jsonl, .jsonl.gz, .parquet)."),
+                     help="Also write the whole log here (.jsonl, .jsonl.gz, .parquet), outside "
+                          "the run dir (whose every file is a part of its log)."),
         click.option("-o", "--options", type=JsonOption(), default="{}",
                      help="JSON options of the model, as for lmc run."),
         click.option("--timeout", type=seconds(), default=60.0,

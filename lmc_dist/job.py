@@ -173,7 +173,8 @@ def execute(job: DistJob) -> RunReport:
     """
     started = time.monotonic()
     if job.output:
-        check_writable(job.output, (job.input, job.game.options.get("vocab")))  # before any work
+        check_writable(job.output, (job.input, job.game.options.get("vocab")),  # before any work
+                       run_dir=job.run_dir)
     if job.game.options.get("vocab") is not None:   # as lmc run reads it: FILE:LINE, at once
         read_vocabulary(job.game.options["vocab"], warn=True)
     if is_url(job.run_dir):      # (QA: s3://b/run was written as the local s3:/b/run)

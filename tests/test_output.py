@@ -228,6 +228,43 @@ def test_an_output_that_is_a_url_is_refused_not_written_as_a_local_path(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt"]
 
 
+def test_no_output_is_written_inside_an_lmc_dist_run_dir(tmp_path):
+    """QA: `lmc-dist run ... --run-dir run --output run/all.parquet` put the whole log beside
+    its parts, and `pandas.read_parquet("run")` (README's way to read a run dir) counted every
+    row twice (a .jsonl there made it fail).  Refused before anything is made; so is any
+    output inside an existing run dir, at any depth."""
+    import subprocess
+
+    from conftest import BIN, toy_model_command
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("in the beginning\nwas the word\n")
+    run = ["run", toy_model_command(), "we", "--input", str(corpus), "--run-dir", "run",
+           "--workers", "1", "--no-progress"]
+    said = ("cannot write: it is inside the lmc-dist run dir {}, whose every file "
+            "pandas.read_parquet reads as a part of the run's log: write it elsewhere")
+    refused = subprocess.run([str(BIN / "lmc-dist"), *run, "--output", "run/all.parquet"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert (refused.returncode, refused.stderr) == (
+        2, "lmc-dist: error: run/all.parquet: " + said.format("run") + "\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt"]
+    made = subprocess.run([str(BIN / "lmc-dist"), *run], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    files = sorted(p.name for p in (tmp_path / "run").iterdir())
+    for argv, output in [(["lmc", "run", toy_model_command(), "we", "c.txt", "--output"],
+                          "run/logs/all.jsonl"),
+                         (["lmc-ngram", "train", "c.txt", "-o"], "run/model.lm"),
+                         (["lmc", "convert", "some.jsonl", "-o"], "run/all.parquet")]:
+        if argv[1] == "convert":
+            (tmp_path / "some.jsonl").write_bytes((LOGS / "kjv.o1.we.jsonl").read_bytes())
+        refused = subprocess.run([str(BIN / argv[0]), *argv[1:], output], cwd=tmp_path,
+                                 capture_output=True, text=True, timeout=120)
+        assert (refused.returncode, refused.stderr) == (
+            2, f"{argv[0]}: error: {output}: " + said.format(tmp_path / "run") + "\n")
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == files
+    assert len(pandas.read_parquet(tmp_path / "run")) == 6
+
+
 def test_lmc_dist_refuses_the_log_on_stdout_as_a_dash(tmp_path):
     import subprocess
 

@@ -119,16 +119,22 @@ def check_parquet_name(path: str | os.PathLike, what: str = "a Parquet file's na
                                                 f"other Parquet file: rename it, or {instead}") from None
 
 
-def check_writable(path: str, inputs: Iterable[str | None] = ()) -> None:
+def check_writable(path: str, inputs: Iterable[str | None] = (),
+                   run_dir: str | None = None) -> None:
     """Check that a file can be created at ``path`` (its folder made if missing), before any
     work is done for it, and that it is none of the files ``inputs`` (paths; ``-``, None
     and URLs are passed over) that the work reads: the output would replace it; nothing is
     left behind, and the temporaries of ``path`` a killed writer left are removed
-    (:func:`remove_stale_temporaries`).
+    (:func:`remove_stale_temporaries`).  Nor may it be inside ``run_dir`` (the lmc-dist run
+    dir the work writes, there or not yet) or inside an lmc-dist run dir that is there (a
+    directory above it with a run manifest): ``pandas.read_parquet(RUN_DIR)`` reads every
+    file of a run dir as a part of its log (and fails on a file that is not Parquet).
 
     Raises:
         InputError: naming ``path`` and why it cannot be written (a URL: QA, ``s3://b/x.jsonl``
-            was written as the local file ``s3:/b/x.jsonl``).
+            was written as the local file ``s3:/b/x.jsonl``; inside a run dir: QA, ``lmc-dist
+            --output RUN_DIR/all.parquet`` made ``pandas.read_parquet(RUN_DIR)`` count every
+            row twice).
     """
     if is_url(path):
         raise InputError(path, None, "cannot write to a URL: give a local path (or one on a "
@@ -149,6 +155,7 @@ def check_writable(path: str, inputs: Iterable[str | None] = ()) -> None:
             raise InputError(path, None, f"cannot write: it is inside the input directory "
                                          f"{source}, whose part files it could replace: write "
                                          "it elsewhere")
+    _check_outside_run_dirs(path, run_dir)
     path = os.path.realpath(path)
     directory = os.path.dirname(path)
     probe = os.path.join(directory, f".{os.path.basename(path)}.probe-{os.getpid()}")
@@ -315,6 +322,26 @@ def _alive(pid: int) -> bool:
     except PermissionError:     # another user's process
         return True
     return True
+
+
+def _check_outside_run_dirs(path: str, run_dir: str | None) -> None:
+    """Raise :class:`InputError` if ``path`` is inside ``run_dir`` or inside a directory
+    that holds a run manifest (:func:`lmchallenge.logs.rundir.read_manifest` reads one)."""
+    around = [run_dir] if run_dir is not None and _inside(path, run_dir) else []
+    directory = os.path.dirname(os.path.realpath(path))
+    while not around:
+        if os.path.isfile(os.path.join(directory, rundir.MANIFEST)):
+            with contextlib.suppress(InputError):
+                if rundir.read_manifest(directory) is not None:
+                    around.append(directory)
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            break
+        directory = parent
+    if around:
+        raise InputError(path, None, f"cannot write: it is inside the lmc-dist run dir "
+                                     f"{around[0]}, whose every file pandas.read_parquet "
+                                     "reads as a part of the run's log: write it elsewhere")
 
 
 def _inside(path: str, directory: str) -> bool:
