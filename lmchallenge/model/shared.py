@@ -30,6 +30,7 @@ import contextlib
 import errno
 import fcntl
 import functools
+import logging
 import os
 import queue
 import random
@@ -46,6 +47,7 @@ from lmchallenge.corpus import arrived_reader, whole_line_blocks
 from lmchallenge.errors import LmcError
 from lmchallenge.model.batched import Query, answer_lines, groups, queries_of
 
+LOG = logging.getLogger(__name__)
 _TCP = re.compile(r"^(?:\[(?P<v6>[^\]]*)\]|(?P<host>[^/\[\]]*)):(?P<port>[0-9]+)$")
 CONNECT_RETRY = 0.2
 """Seconds between tries while :func:`relay` waits for a server that is not there yet."""
@@ -497,8 +499,10 @@ def _connect_first(addresses: list[Address], wait: float) -> tuple[Address, sock
 
 def _connect(address: Address, wait: float, least: float = CONNECT_RETRY) -> socket.socket:
     """A connection to the server at ``address``, tried every :data:`CONNECT_RETRY` seconds
-    for up to ``wait`` seconds, each try given at least ``least`` seconds."""
+    for up to ``wait`` seconds, each try given at least ``least`` seconds; a warning says
+    once that it waits."""
     deadline = time.monotonic() + wait
+    said = False
     while True:
         _check_unix_path(address)
         sock = socket.socket(address.family, socket.SOCK_STREAM)
@@ -514,6 +518,10 @@ def _connect(address: Address, wait: float, least: float = CONNECT_RETRY) -> soc
                 raise _NoServer(f"no server at {address.text}"
                                 + (f" after {wait:g} s" if waiting and wait else "")
                                 + f": {e.strerror or e}") from None
+            if not said:    # (QA: a mistyped address was a minute's silence)
+                LOG.warning("no server at %s yet (%s): waiting up to %g s for it to listen "
+                            "(still loading?)", address.text, e.strerror or e, wait)
+                said = True
         time.sleep(CONNECT_RETRY)
 
 
