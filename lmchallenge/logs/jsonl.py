@@ -94,22 +94,47 @@ def _iter_jsonlines(path: str) -> Iterator[Datum]:
             yield datum
 
 
-def load_jsonlines(filename: str) -> Iterator[Datum]:
+LogFile = str | os.PathLike[str] | IO[str] | IO[bytes]
+"""What :func:`load_jsonlines` and :func:`dump_jsonlines` take: a path (``str`` as LM
+Challenge 5.x, or a ``pathlib.Path``), ``-``, or an open file (text, or binary: UTF-8)."""
+
+
+def load_jsonlines(filename: LogFile) -> Iterator[Datum]:
     """Read a jsonlines log (``.gz`` transparently, ``-`` for stdin) lazily, datum by datum.
 
+    Args:
+        filename: a path or ``-``; or an open file, read as it is (not decompressed) and
+            left open.
     Raises:
         InputError: naming the file and line of invalid JSON or non-UTF-8 bytes.
     """
-    return _iter_jsonlines(filename)
+    if hasattr(filename, "read"):   # (QA: an open file or a Path was an AttributeError)
+        return _iter_open_file(filename)    # type: ignore[arg-type]
+    return _iter_jsonlines(os.fspath(filename))     # type: ignore[arg-type]
 
 
-def dump_jsonlines(data: Iterable[Datum], filename: str = "-", compresslevel: int = 6) -> None:
+def _iter_open_file(stream: IO[str] | IO[bytes]) -> Iterator[Datum]:
+    name = str(getattr(stream, "name", "<stream>"))
+    if isinstance(stream, io.TextIOBase):
+        lines = enumerate((line.rstrip("\r\n") for line in stream), start=1)
+    else:
+        lines = decode_lines(stream, name)      # type: ignore[arg-type]
+    for _, datum in parse_numbered(lines, name):
+        yield datum
+
+
+def dump_jsonlines(data: Iterable[Datum], filename: LogFile = "-", compresslevel: int = 6) -> None:
     """Write ``data`` as jsonlines (sorted keys, as LM Challenge 5.x) to ``filename``.
 
     ``.gz`` names are gzipped (at ``compresslevel``); ``-`` is stdout.  A file is written
     to a temporary name next to it and renamed when complete, so a failed run leaves no
-    partial log.
+    partial log.  An open file (text, or binary: UTF-8 is written) is written at its
+    position, not compressed, and left open.
     """
+    if hasattr(filename, "write"):
+        _write_open_file(data, filename)    # type: ignore[arg-type]
+        return
+    filename = os.fspath(filename)      # type: ignore[arg-type]
     if filename == "-":
         write_jsonlines(data, sys.stdout)
         return
@@ -124,6 +149,18 @@ def dump_jsonlines(data: Iterable[Datum], filename: str = "-", compresslevel: in
         else:
             with open_output(tmp) as raw, io.TextIOWrapper(raw, encoding="utf-8") as f:
                 write_jsonlines(data, f)
+
+
+def _write_open_file(data: Iterable[Datum], stream: IO[str] | IO[bytes]) -> None:
+    if isinstance(stream, io.TextIOBase):
+        write_jsonlines(data, stream)   # type: ignore[arg-type]
+        return
+    text = io.TextIOWrapper(stream, encoding="utf-8")   # type: ignore[arg-type]
+    try:
+        write_jsonlines(data, text)
+        text.flush()
+    finally:
+        text.detach()       # (the caller's file stays open)
 
 
 def _datum_encoder() -> Callable[[Datum], str]:
