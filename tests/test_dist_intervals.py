@@ -60,4 +60,5 @@ def test_stats_of_what_is_not_a_run_dir_is_refused(tmp_path, path):
     run = subprocess.run([str(BIN / "lmc-dist"), "stats", path], capture_output=True, text=True)
     assert run.returncode == 2 and run.stdout == ""
     assert (f"'{path}' is not a directory" if path == "/dev/null"
-            else f"{path}: not a log: directory has no part-NNNNN") in run.stderr
+            else f"{path}: not a log: the directory holds no part-NNNNN.parquet, .jsonl or "
+                 ".jsonl.gz files\n") in run.stderr

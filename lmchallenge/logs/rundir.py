@@ -272,7 +272,8 @@ def _globbed_parts(path: str, required: bool = True) -> list[Path]:
     root = Path(path)
     parts = [p for pattern in PART_GLOBS for p in root.glob(pattern)]
     if not parts and required:
-        raise InputError(path, None, "not a log: directory has no part-NNNNN.parquet/.jsonl.gz files")
+        raise InputError(path, None, "not a log: the directory holds no part-NNNNN.parquet, "
+                                     ".jsonl or .jsonl.gz files")
     return sorted(parts, key=lambda p: p.name)
 
 
