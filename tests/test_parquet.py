@@ -96,6 +96,31 @@ def test_pandas_reads_documented_dtypes(tmp_path):
     assert list(frame["target"]) == [d["target"] for d in data]
 
 
+@pytest.mark.parametrize("users", ["none", "some"])
+def test_a_log_pandas_wrote_with_float_users_is_refused_saying_how_to_write_it(tmp_path, users):
+    """QA: ``pandas.read_json(LOG, lines=True).to_parquet(...)`` of a log with no users (or
+    integer users, some missing) gives a ``double`` user column: refused, saying how to write
+    it (``astype('Int64')``), which then reads as the log."""
+    from lmchallenge.stats.compute import stats
+    data = [dict(d, user=None if users == "none" or i % 3 else 7)
+            for i, d in enumerate(load_jsonlines(str(DATA / "kjv.o1.we.jsonl")))]
+    source = tmp_path / "we.jsonl"
+    source.write_text("".join(dumps_datum(d) + "\n" for d in data))
+    frame = pd.read_json(source, lines=True)
+    assert str(frame["user"].dtype) == "float64"
+    frame.to_parquet(tmp_path / "float.parquet")
+    with pytest.raises(InputError) as refused:
+        list(read_log(str(tmp_path / "float.parquet")))
+    assert str(refused.value) == (
+        f"{tmp_path / 'float.parquet'}: column 'user' is double, not string or int64 as an LM "
+        "Challenge log's (pandas holds integer users with some missing, or none at all, as "
+        "floats: `df['user'] = df['user'].astype('Int64')` before writing)")
+    frame["user"] = frame["user"].astype("Int64")
+    frame.to_parquet(tmp_path / "int.parquet")
+    assert [d["user"] for d in read_log(str(tmp_path / "int.parquet"))] == [d["user"] for d in data]
+    assert stats(read_log(str(tmp_path / "int.parquet"))) == stats(data)
+
+
 def test_pandas_reads_a_run_directory_of_parts(tmp_path):
     data = list(load_jsonlines(str(DATA / "rails.we.jsonl")))
     run = tmp_path / "run"

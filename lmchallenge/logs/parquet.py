@@ -616,7 +616,9 @@ def check_columns(schema: pa.Schema, path: str) -> None:
         if field.name in _ARROW_TYPES and not _type_fits(field.type, field.name):
             expected = "string or int64" if field.name == "user" else _ARROW_TYPES[field.name][0]
             raise InputError(path, None, f"column {field.name!r} is {field.type}, "
-                                         f"not {expected} as an LM Challenge log's")
+                                         f"not {expected} as an LM Challenge log's"
+                                         + _FLOAT_USERS_HINT * (field.name == "user" and
+                                                                pa.types.is_floating(field.type)))
 
 
 def _string_or_integer(kind: pa.DataType) -> bool:
@@ -632,6 +634,12 @@ _KIND_OF_TYPE = {"user": _string_or_integer, "target": pa.types.is_string,
 
 def _never(kind: pa.DataType) -> bool:
     return False
+
+
+_FLOAT_USERS_HINT = (" (pandas holds integer users with some missing, or none at all, as "
+                     "floats: `df['user'] = df['user'].astype('Int64')` before writing)")
+"""QA: a log read with ``pandas.read_json(lines=True)`` and written back with
+``to_parquet`` has a ``double`` user column when its users are missing (plain text)."""
 
 
 def _type_fits(kind: pa.DataType, name: str) -> bool:
