@@ -121,6 +121,30 @@ def test_a_log_pandas_wrote_with_float_users_is_refused_saying_how_to_write_it(t
     assert stats(read_log(str(tmp_path / "int.parquet"))) == stats(data)
 
 
+def test_a_frame_pandas_filtered_and_wrote_reads_as_its_rows_without_the_index(tmp_path):
+    """QA: a log filtered with pandas and written back (``df[df.message % 2 == 0]
+    .to_parquet(...)``) has pandas' index as a column ``__index_level_0__``: `lmc convert` to
+    jsonl wrote it into every datum, to Parquet it failed on it.  It is not read; a column
+    of the index's own name (``set_index('message')``) is the log's column."""
+    from lmchallenge.logs.convert import convert
+    from lmchallenge.stats.compute import stats
+    data = list(load_jsonlines(str(DATA / "kjv.o1.wc.jsonl")))
+    P.write_parquet(data, str(tmp_path / "wc.parquet"))
+    frame = pd.read_parquet(tmp_path / "wc.parquet")
+    frame[frame["message"] % 2 == 0].to_parquet(tmp_path / "even.parquet")
+    assert "__index_level_0__" in pq.read_schema(tmp_path / "even.parquet").names
+    even = [d for d in data if d["message"] % 2 == 0]
+    assert list(read_log(str(tmp_path / "even.parquet"))) == even
+    assert P.read_table(str(tmp_path / "even.parquet")).column_names == \
+        pq.read_schema(tmp_path / "wc.parquet").names
+    for name in ("even.jsonl", "even.parquet.parquet"):
+        convert(str(tmp_path / "even.parquet"), str(tmp_path / name))
+        assert list(read_log(str(tmp_path / name))) == even
+    frame.set_index("message").to_parquet(tmp_path / "indexed.parquet")
+    assert list(read_log(str(tmp_path / "indexed.parquet"))) == data
+    assert stats(read_log(str(tmp_path / "even.parquet"))) == stats(even)
+
+
 def test_pandas_reads_a_run_directory_of_parts(tmp_path):
     data = list(load_jsonlines(str(DATA / "rails.we.jsonl")))
     run = tmp_path / "run"

@@ -39,6 +39,7 @@ import functools
 import itertools
 import operator
 import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -563,8 +564,21 @@ def iter_parquet(path: str, batch_rows: int = ROW_GROUP_ROWS) -> Iterator[Datum]
     parquet_file = open_parquet(path)
     check_columns(parquet_file.schema_arrow, path)
     with unreadable_as_input_error(path):
-        for batch in parquet_file.iter_batches(batch_size=batch_rows):
+        for batch in parquet_file.iter_batches(batch_size=batch_rows,
+                                               columns=data_columns(parquet_file.schema_arrow)):
             yield from _batch_datums(batch)
+
+
+_PANDAS_INDEX = re.compile(r"__index_level_\d+__")
+"""The name pandas' ``to_parquet`` gives a frame's unnamed index (a filtered frame's row
+numbers), which pandas reads back as the index: not a column of the log."""
+
+
+def data_columns(schema: pa.Schema) -> list[str]:
+    """The columns of ``schema`` that are the log's: all but an unnamed pandas index (QA:
+    ``lmc convert`` of a frame pandas filtered and wrote wrote ``"__index_level_0__"`` into
+    every datum, and to Parquet failed on it)."""
+    return [name for name in schema.names if not _PANDAS_INDEX.fullmatch(name)]
 
 
 @contextlib.contextmanager
@@ -749,7 +763,8 @@ def _read_part(part: Path, columns: list[str] | None) -> pa.Table:
     if absent:
         raise InputError(name, None, f"no column(s) {absent} in this log")
     with unreadable_as_input_error(name):
-        return parquet_file.read(columns=columns)
+        return parquet_file.read(columns=data_columns(parquet_file.schema_arrow)
+                                 if columns is None else columns)
 
 
 def _check_same_columns(tables: Sequence[pa.Table], parts: Sequence[Path]) -> None:
