@@ -123,7 +123,7 @@ class ScanResult:
     messages: int
     characters: int
     size: PartitionSize | None = None
-    users: UserTypes = field(default_factory=lambda: UserTypes())
+    users: UserTypes = field(default_factory=UserTypes)
     groups: UserGroups = field(default_factory=lambda: UserGroups())
     version: FileVersion | None = None
 

@@ -90,8 +90,8 @@ def problem(datum: Any) -> str | None:
     """What is wrong with one datum (the field and the schema's complaint, or a number that
     is not finite), or None."""
     if _surely_valid(datum):    # (a number can be only where the schema allows one)
-        return _non_finite({key: value for key, value in datum.items()
-                            if key not in _properties_without_numbers()})
+        without = _properties_without_numbers()
+        return _non_finite({key: value for key, value in datum.items() if key not in without})
     return _schema_problem(datum)
 
 

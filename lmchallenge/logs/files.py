@@ -325,23 +325,28 @@ def _alive(pid: int) -> bool:
 
 
 def _check_outside_run_dirs(path: str, run_dir: str | None) -> None:
-    """Raise :class:`InputError` if ``path`` is inside ``run_dir`` or inside a directory
-    that holds a run manifest (:func:`lmchallenge.logs.rundir.read_manifest` reads one)."""
-    around = [run_dir] if run_dir is not None and _inside(path, run_dir) else []
+    """Raise :class:`InputError` if ``path`` is inside ``run_dir`` or inside a run dir
+    that is there (:func:`_run_dir_above`)."""
+    around = run_dir if run_dir is not None and _inside(path, run_dir) else _run_dir_above(path)
+    if around is not None:
+        raise InputError(path, None, f"cannot write: it is inside the lmc-dist run dir "
+                                     f"{around}, whose every file pandas.read_parquet "
+                                     "reads as a part of the run's log: write it elsewhere")
+
+
+def _run_dir_above(path: str) -> str | None:
+    """The nearest directory above ``path`` (links followed) holding a run manifest that
+    :func:`lmchallenge.logs.rundir.read_manifest` reads, or None."""
     directory = os.path.dirname(os.path.realpath(path))
-    while not around:
+    while True:
         if os.path.isfile(os.path.join(directory, rundir.MANIFEST)):
             with contextlib.suppress(InputError):
                 if rundir.read_manifest(directory) is not None:
-                    around.append(directory)
+                    return directory
         parent = os.path.dirname(directory)
         if parent == directory:
-            break
+            return None
         directory = parent
-    if around:
-        raise InputError(path, None, f"cannot write: it is inside the lmc-dist run dir "
-                                     f"{around[0]}, whose every file pandas.read_parquet "
-                                     "reads as a part of the run's log: write it elsewhere")
 
 
 def _inside(path: str, directory: str) -> bool:

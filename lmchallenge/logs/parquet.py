@@ -178,23 +178,15 @@ class UserTypes:
 
     first: dict[str, tuple[int, Any]] = dataclasses.field(default_factory=dict)
 
-    def add_all(self, users: Iterable[Any], lines: Iterable[int]) -> None:
-        """Note ``users`` (of json rows, in the corpus' order, or each user once with its
-        first line; None for none), each read from its line of ``lines``."""
-        previous: Any = None
-        for user, line in zip(users, lines):
-            if user is not None and user != previous:
-                kind = user_kind(user)
-                if kind not in self.first:
-                    self.first[kind] = (int(line), user)
-            previous = user
-
     @classmethod
     def of_users(cls, first_lines: dict[Any, int]) -> UserTypes:
         """The types of the users ``first_lines`` (each user with the line of its first row,
-        in the corpus' order: :attr:`lmchallenge.corpus.UserGroups.users`)."""
+        in the corpus' order: :attr:`lmchallenge.corpus.UserGroups.users`; None for rows
+        without a user)."""
         types = cls()
-        types.add_all(first_lines.keys(), first_lines.values())
+        for user, line in first_lines.items():
+            if user is not None:
+                types.first.setdefault(user_kind(user), (int(line), user))
         return types
 
     @property
