@@ -644,6 +644,21 @@ def test_a_python_model_that_cannot_be_found(tmp_path):
                    "'nosuchmodule'\n"
 
 
+@pytest.mark.parametrize("spec, made", [
+    ("parts:Tokenizer", "parts:Tokenizer"),         # a class of the module, not its model
+    ("parts:load_vocabulary", "builtins:list"),     # a function that is not a factory
+])
+def test_a_python_spec_that_makes_no_model_is_said_when_it_starts(tmp_path, spec, made):
+    """It was said at the first query, as "predict raised AttributeError: ..." with the
+    request; under lmc-dist the same, once a partition."""
+    (tmp_path / "parts.py").write_text(
+        "class Tokenizer:\n    def split(self, text):\n        return text.split()\n"
+        "def load_vocabulary():\n    return ['a']\n")
+    why = (f"lmc: error: model '{spec}': is not a model: it made an object of type {made}, "
+           "which has no predict(context, candidates) nor predict_batch(queries) method\n")
+    assert failed(lmc("run", spec, "we", stdin=b"a b\n", cwd=tmp_path)) == why
+
+
 @pytest.mark.parametrize("attribute, scores", [
     ("", [-5.0] * 5),                                       # 64 a call: all five at once
     ("    predict_batch_size = 2\n", [-2.0, -2.0, -2.0, -2.0, -1.0]),

@@ -15,7 +15,7 @@ from typing import Any
 
 from lmchallenge.errors import ModelError
 from lmchallenge.model.neural import NEEDED as NEURAL_NEEDED, install_hint
-from lmchallenge.model.session import InProcessModel
+from lmchallenge.model.session import InProcessModel, python_name
 from lmchallenge.model.shell import ShellModel, shell_command
 
 QUALIFIED_NAME = re.compile(r"^([^: ]+):([^: ]+)$")
@@ -199,15 +199,37 @@ class PredictorSpec:
             made = construct(self.spec, options, game)
             if hasattr(made, "__enter__") and hasattr(made, "__exit__"):   # LM Challenge 5.x
                 # runs a Python model in a `with` block: what __enter__ returns is the model
-                return InProcessModel(started(self.spec, made.__enter__, {}), self.spec,
-                                      context=made, overdue=self.timeout)
-            return InProcessModel(made, self.spec, overdue=self.timeout)
+                entered = started(self.spec, made.__enter__, {})
+                return InProcessModel(_predicting(self.spec, entered, context=made),
+                                      self.spec, context=made, overdue=self.timeout)
+            return InProcessModel(_predicting(self.spec, made), self.spec,
+                                  overdue=self.timeout)
         return ShellModel(self.spec, options, timeout=self.timeout, window=self.window,
                           pass_stderr=pass_stderr, game=game, start_timeout=self.start_timeout)
 
     def describe(self) -> str:
         """The command line or spec, for messages and manifests."""
         return self.spec if self.is_python else shell_command(self.spec, dict(self.options or {}))
+
+
+def _predicting(spec: str, made: Any, context: Any = None) -> Any:
+    """``made``, the object the Python model ``spec`` made (``context``: the one whose
+    ``__enter__`` gave it), if it has ``predict`` or ``predict_batch``.
+
+    Raises:
+        ModelError: it has neither (it is closed first), so that a spec naming something
+            other than a model is said when it starts, not at its first query.
+    """
+    if callable(getattr(made, "predict", None)) or callable(getattr(made, "predict_batch", None)):
+        return made
+    with contextlib.suppress(Exception):
+        if context is not None:
+            context.__exit__(None, None, None)
+        else:
+            close_model(made)
+    raise ModelError(spec, f"is not a model: it made an object of type {python_name(made)}, which has no "
+                     "predict(context, candidates) nor predict_batch(queries) method",
+                     stderr_tail=None)
 
 
 def _refusal(factory: Any, game: str | None) -> str | None:
