@@ -37,6 +37,27 @@ class InputError(LmcError):
         return (InputError, (self.path, self.line, self.reason))
 
 
+class DatumError(InputError):
+    """A datum that a log being written cannot hold (a Parquet log's columns), named by its
+    number in the order written, as the writer knows it; whoever knows where the datums came
+    from names the datum's own file and line instead (``lmc convert``).
+
+    Attributes:
+        path: the log being written.
+        datum: 1-based number of the datum among those written.
+        detail: what is wrong with it, without its number (``field token: ... does not fit
+            a Parquet log's int64 column``).
+    """
+
+    def __init__(self, path: str, datum: int, detail: str, message: str | None = None):
+        self.datum = datum
+        self.detail = detail
+        super().__init__(path, None, message or f"datum {datum}: {detail}")
+
+    def __reduce__(self):
+        return (DatumError, (self.path, self.datum, self.detail, self.reason))
+
+
 class ModelError(LmcError):
     """A model process exited, hung, or answered something that is not a result line; or an
     in-process model raised.

@@ -225,6 +225,10 @@ def _spoilt(datum: dict, change: str) -> None:
         datum["user"] = True
     elif change == "no token":
         del datum["token"]
+    elif change == "nan logp":
+        datum["logp"] = float("nan")
+    elif change == "infinite logp":
+        datum["logp"] = -float("inf")
     else:
         raise AssertionError(change)
 
@@ -238,7 +242,9 @@ def _spoilt(datum: dict, change: str) -> None:
     ("kjv.o2.we.jsonl", "string logp", "all"),     # (a whole column of strings cast silently)
     ("kjv.o2.ce.jsonl", "number target", "all"),
     ("kjv.o2.wc.jsonl", "boolean user", "all"),
-    ("kjv.o2.wr.jsonl", "no token", [3])])
+    ("kjv.o2.wr.jsonl", "no token", [3]),
+    ("kjv.o2.we.jsonl", "nan logp", [3]),       # (QA: written to Parquet as NaN, exit 0)
+    ("kjv.o2.ce.jsonl", "infinite logp", [3])])
 def test_convert_writes_no_log_that_lmc_validate_refuses(tmp_path, output, log, change, rows):
     """lmc convert of a log holding a datum that `lmc validate` refuses fails with validate's
     message and writes nothing (it copied such a log to jsonl, exit 0, and to Parquet where
@@ -299,3 +305,42 @@ def test_users_no_parquet_log_holds_are_named_by_file_and_line(tmp_path, source,
     assert run.stderr.startswith(f"lmc: error: {said.format(bad=bad)}"), run.stderr
     assert run.stderr.endswith(", or write the log as jsonl\n" if source != "wide" else
                                "; write the log as jsonl, or give the users as strings\n")
+
+
+@pytest.mark.parametrize("source", ["file", "run_dir"])
+@pytest.mark.parametrize("change, said", [
+    ("extra", "the datum does not fit the Parquet columns fixed by the first datum/game "
+              "(missing [], unexpected ['extra']); a Parquet log holds datums of one game with "
+              "the keys ['character', 'logp', 'message', 'target', 'token', 'user'] (plus "
+              "optional 'select')"),
+    ("token", "field token: 99999999999999999999 does not fit a Parquet log's int64 column"),
+    ("message", "field message: 99999999999999999999 does not fit a Parquet log's int64 column"),
+])
+def test_a_valid_log_no_parquet_log_holds_is_named_by_file_and_line(tmp_path, source, change, said):
+    """A datum lmc validate takes but a Parquet log cannot hold (a key of its own, an index
+    beyond 64 bits) is named by its file and line, not by the output and its number in the
+    whole log (QA: `out.parquet: datum 5 does not fit ...`; an index beyond 64 bits was an
+    OverflowError traceback); nothing is written."""
+    data = [json.loads(line) for line in (DATA / "kjv.o2.we.jsonl").read_text().splitlines()[:6]]
+    if change == "extra":
+        data[4]["extra"] = 1
+    else:
+        data[4][change] = 99999999999999999999
+    lines = [json.dumps(datum) + "\n" for datum in data]
+    if source == "run_dir":
+        bad = tmp_path / "run"
+        bad.mkdir()
+        (bad / "part-00000.jsonl").write_text("".join(lines[:3]))
+        (bad / "part-00001.jsonl").write_text("".join(lines[3:]))
+        where = f"{bad}/part-00001.jsonl:2"
+    else:
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text("".join(lines))
+        where = f"{bad}:5"
+    assert subprocess.run([sys.executable, "-m", "lmchallenge", "validate", str(bad)],
+                          capture_output=True).returncode == 0
+    out = tmp_path / "out.parquet"
+    run = subprocess.run([sys.executable, "-m", "lmchallenge", "convert", str(bad), "-o",
+                          str(out)], capture_output=True, text=True)
+    assert (run.returncode, run.stderr) == (2, f"lmc: error: {where}: {said}\n")
+    assert not out.exists()

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from lmchallenge.corpus import is_stream
-from lmchallenge.errors import InputError
+from lmchallenge.errors import DatumError, InputError
 from lmchallenge.logs.files import (atomic_path, check_writable, is_gzip_name, is_parquet_name,
                                    open_output, run_dir_parts)
 from lmchallenge.logs.io import read_log, write_log
@@ -62,16 +62,49 @@ def convert(source: str, destination: str, game: str | None = None) -> int:
     # part): no log is written that the other commands refuse
     from lmchallenge.logs.check import checked
     users: dict[str, Any] = {}
+    numbered = _Numbered()
     first, data = _peek(checked(
-        (part, _users_of_one_type(read_log(part), part, users) if is_parquet_name(destination)
-         else read_log(part)) for part in parts))
+        (part, numbered.each(part, _users_of_one_type(read_log(part), part, users)
+                             if is_parquet_name(destination) else read_log(part)))
+        for part in parts))
     if game is None and first is not None:
         game = detect_game(first)
     if game is not None:
         written = _columns_written(parts, destination, game)
         if written is not None:
             return written
-    return write_log(data, destination, game=game)
+    try:
+        return write_log(data, destination, game=game)
+    except DatumError as error:
+        if error.path != destination:
+            raise
+        raise numbered.located(error) from None
+
+
+class _Numbered:
+    """Counts the datums of a log's files as they are read, so that a datum the writer
+    names by its number in the whole log (:class:`~lmchallenge.errors.DatumError`) is named
+    by its file and number in it instead, as ``lmc validate`` names it (QA: ``o.parquet:
+    datum 301 does not fit ...`` for line 301 of the log converted)."""
+
+    def __init__(self) -> None:
+        self.starts: list[tuple[int, str]] = []    # (datums before the file, its name)
+        self.count = 0
+
+    def each(self, name: str, data: Iterable[Datum]) -> Iterator[Datum]:
+        """The datums of the file ``name``, counted."""
+        self.starts.append((self.count, name))
+        for datum in data:
+            self.count += 1
+            yield datum
+
+    def located(self, error: DatumError) -> InputError:
+        """``error`` as an InputError ``FILE:N: detail`` (N counting the file's datums from
+        1), or as it is if its datum was not read here."""
+        for before, name in reversed(self.starts):
+            if before < error.datum <= self.count:
+                return InputError(name, error.datum - before, error.detail)
+        return error
 
 
 def _columns_written(sources: Sequence[str], destination: str, game: str) -> int | None:
@@ -93,8 +126,9 @@ def _located(sources: Sequence[str], destination: str) -> Iterator[None]:
     range of datums (``datums 1-26, column 'logp' (double): Could not convert ...``), is
     replaced by ``lmc validate``'s error for the log files ``sources``, naming the bad datum
     by its file and number (``log.jsonl:6: field logp: '-0.89' is not of type 'number',
-    'null'``), where that finds one.  The sources are read again, on failure only (not
-    standard input, which cannot be)."""
+    'null'``), where that finds one; else a datum the writer named by its number
+    (:class:`~lmchallenge.errors.DatumError`) of one source file is named by its line.  The
+    sources are read again, on failure only (not standard input, which cannot be)."""
     try:
         yield
     except InputError as error:
@@ -102,6 +136,8 @@ def _located(sources: Sequence[str], destination: str) -> Iterator[None]:
             raise
         from lmchallenge.logs.check import validate_files
         validate_files((source, read_log(source)) for source in sources)
+        if isinstance(error, DatumError) and len(sources) == 1:
+            raise InputError(sources[0], error.datum, error.detail) from None
         raise
 
 

@@ -47,7 +47,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lmchallenge.errors import InputError, LmcError
+from lmchallenge.errors import DatumError, InputError, LmcError
 from lmchallenge.logs.files import atomic_path, check_parquet_name, is_parquet_name, run_dir_parts
 from lmchallenge.logs.schema import (COMMON_COLUMNS, GAMES, OPTIONAL_COLUMNS, PAYLOAD_COLUMNS, Datum,
                                       detect_game)
@@ -299,16 +299,16 @@ class _Users:
                 continue
             kind = user_kind(user)
             if kind is None:
-                raise InputError(self.path, None, f"datum {number}: user {user!r} is a "
-                                                  f"{type(user).__name__}, not a string or an integer")
+                raise DatumError(self.path, number, f"user {user!r} is a {type(user).__name__}, "
+                                                    "not a string or an integer")
             if kind == self.kind:
                 continue
             if kind == "wide":
-                raise InputError(self.path, None, f"datum {number}: {wide_user_message(user)}")
+                raise DatumError(self.path, number, wide_user_message(user))
             if self.kind is None:
                 self.kind, self._why = kind, f"user {user!r} before it is {a_kind(user)}"
                 continue
-            raise InputError(self.path, None, f"datum {number}: {mixed_users_message(user, self._why)}")
+            raise DatumError(self.path, number, mixed_users_message(user, self._why))
 
     def _all_of_kind(self, users: Sequence[Any]) -> bool:
         """Whether every one of ``users`` is None or of the log's kind, found by C-level
@@ -450,17 +450,17 @@ def _odd_datums(datums: Sequence[Datum], expected: frozenset[str], start: int,
 def _check_keys(datum: Datum, expected: frozenset[str], number: int, path: str) -> None:
     """Raise InputError unless ``datum`` has exactly the ``expected`` keys (plus ``select``)."""
     if not isinstance(datum, dict):
-        raise InputError(path, None, f"datum {number} is a {type(datum).__name__}, not a dict")
+        raise DatumError(path, number, f"the datum is a {type(datum).__name__}, not a dict",
+                         f"datum {number} is a {type(datum).__name__}, not a dict")
     keys = datum.keys() - _OPTIONAL_KEYS
     if keys == expected:
         return
     missing = sorted(expected - keys)
     extra = sorted(keys - expected)
-    raise InputError(
-        path, None,
-        f"datum {number} does not fit the Parquet columns fixed by the first datum/game "
-        f"(missing {missing}, unexpected {extra}); a Parquet log holds datums of one game "
-        f"with the keys {sorted(expected)} (plus optional 'select')")
+    detail = (f"does not fit the Parquet columns fixed by the first datum/game (missing "
+              f"{missing}, unexpected {extra}); a Parquet log holds datums of one game with the "
+              f"keys {sorted(expected)} (plus optional 'select')")
+    raise DatumError(path, number, f"the datum {detail}", f"datum {number} {detail}")
 
 
 def _to_batch(datums: Sequence[Datum], optional: bool, users: _Users, game: str | None,
@@ -495,12 +495,33 @@ def _column(values: Sequence[Any], field: pa.Field, path: str, start: int) -> pa
             array = _results_array(values)
         else:
             array = pa.array(values, type=field.type)
-    except (pa.ArrowException, TypeError, ValueError) as e:
-        raise InputError(path, None, f"{_where(values, field, start)}: {e}") from None
+    except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
+        bad = _first_unfit(values, field)
+        if bad is None:
+            raise InputError(path, None, f"{_where(values, field, start)}: {e}") from None
+        raise DatumError(path, start + bad[0], bad[1],
+                         f"{_where(values, field, start)}: {bad[1]}") from None
     if not field.nullable and array.null_count:
         raise InputError(path, None, f"{_where(values, field, start)}: null value in a column "
                                      f"that cannot be null")
     return array
+
+
+def _first_unfit(values: Sequence[Any], field: pa.Field) -> tuple[int, str] | None:
+    """The index of the first of ``values`` that Arrow cannot hold in ``field``'s type, and
+    why (``field token: 99999999999999999999 does not fit a Parquet log's int64 column``), or
+    None where each fits alone (the column's failure is of them together).  Called only when
+    the column failed: one conversion a value."""
+    if field.name == "results":
+        return None
+    for index, value in enumerate(values):
+        try:
+            pa.array([value], type=field.type)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
+            why = (f"{value!r} does not fit a Parquet log's {field.type} column"
+                   if isinstance(e, OverflowError) else str(e))
+            return index, f"field {field.name}: {why}"
+    return None
 
 
 def _where(values: Sequence[Any], field: pa.Field, start: int) -> str:
