@@ -18,7 +18,7 @@ from distributed import Client, LocalCluster
 from lmchallenge.errors import LmcError
 from lmchallenge.tuning import DASK_EMBEDDED_CONFIG, usable_cpus
 
-from lmc_dist.connection import unresolved_host
+from lmc_dist.connection import missing_tls, unresolved_host
 from lmc_dist.quiet import client_filters, quiet_interruption, sigint_deferred, start_without_sigint
 from lmc_dist.resources import format_resources, offering, require_offered
 from lmc_dist.spec import DistJob
@@ -87,11 +87,12 @@ def scheduler_client(address: str, say_after: float = 2.0) -> Client:
 
     Raises:
         LmcError: its host name does not resolve (at once: Dask waited its connect timeout),
+            a TLS address has no usable certificates in Dask's configuration (at once),
             no scheduler answers there (within Dask's ``distributed.comm.timeouts.connect``),
             or none has finished the client's start within three times that and
             :data:`CONNECT_GRACE_SECONDS`.
     """
-    unresolved = unresolved_host(address)
+    unresolved = unresolved_host(address) or missing_tls(address)
     if unresolved is not None:
         raise LmcError(f"cannot reach the Dask scheduler at {address}: {unresolved}")
     limit = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds")

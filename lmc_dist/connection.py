@@ -43,6 +43,42 @@ def checked_address(address: str) -> str:
     return address
 
 
+TLS_SCHEMES = ("tls", "wss")
+"""The schemes of :data:`ADDRESS_SCHEMES` whose connections need the client's certificates."""
+
+
+def missing_tls(address: str) -> str | None:
+    """Why the client cannot open a TLS connection to the scheduler ``address``
+    (:data:`TLS_SCHEMES`): Dask's configuration (``distributed.comm.tls.*``) gives it no
+    certificates, or ones it cannot read; None where it can, or needs none.  (Without them
+    ``distributed`` raised a TypeError, "TLS expects a ssl_context argument", as a traceback:
+    QA.)"""
+    import os
+    import ssl
+
+    import dask
+    from distributed.comm.addressing import parse_address
+    from distributed.security import Security
+
+    if parse_address(address)[0] not in TLS_SCHEMES:
+        return None
+    settings = ("distributed.comm.tls.ca-file, distributed.comm.tls.client.cert and "
+                "distributed.comm.tls.client.key, e.g. as DASK_DISTRIBUTED__COMM__TLS__CA_FILE, "
+                "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT and DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY")
+    for key in ("ca-file", "client.cert", "client.key"):
+        path = dask.config.get(f"distributed.comm.tls.{key}", None)
+        if isinstance(path, str) and "\n" not in path and not os.path.exists(path):
+            return f"distributed.comm.tls.{key} of Dask's configuration is {path}, which does not exist"
+    try:
+        context = Security().get_connection_args("client")["ssl_context"]
+    except (OSError, ssl.SSLError, ValueError, TypeError) as e:
+        return f"the TLS settings of Dask's configuration ({settings}) cannot be used: {e}"
+    if context is None:
+        return (f"a {address.split('://')[0]}:// address needs the client's TLS certificates, "
+                f"and Dask's configuration gives none: set {settings}")
+    return None
+
+
 def unresolved_host(address: str) -> str | None:
     """Why the host of a scheduler ``address`` (:data:`ADDRESS_SCHEMES`, each HOST:PORT) has
     no network address (its name does not resolve: Dask tried it until its connect timeout,

@@ -128,8 +128,9 @@ def _killed_workers(task: PartitionTask, error: KilledWorker) -> str:
     if task.predictor.is_python:
         return said + (f"the Python model {task.predictor.spec!r} runs in the worker's own "
                        "process, so a crash in it (a segmentation fault, os._exit, memory "
-                       "exhausted) ends the worker: the worker's stderr shows the Python "
-                       "stack of a crash, and `lmc run` on these lines where it happens")
+                       "exhausted) ends the worker: the worker's stderr shows how it ended "
+                       "(the Python stack of a fatal signal, or its exit status), and `lmc "
+                       "run` on these lines where it happens")
     return said + ("the model runs in a process of its own, so the worker itself was killed: "
                    "out of memory (the kernel's OOM killer, or its nanny's memory limit), "
                    "or from outside; the workers' logs say why")

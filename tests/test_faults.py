@@ -374,8 +374,9 @@ def test_the_scheduler_s_record_of_an_lmc_task_s_dead_workers_is_dropped_and_no_
 @pytest.mark.parametrize("spec, why", [
     ("crashing:Crashing", "the Python model 'crashing:Crashing' runs in the worker's own process, "
                           "so a crash in it (a segmentation fault, os._exit, memory exhausted) "
-                          "ends the worker: the worker's stderr shows the Python stack of a "
-                          "crash, and `lmc run` on these lines where it happens"),
+                          "ends the worker: the worker's stderr shows how it ended (the Python "
+                          "stack of a fatal signal, or its exit status), and `lmc run` on these "
+                          "lines where it happens"),
     ("lmc-ngram serve kjv.lm", "the model runs in a process of its own, so the worker itself "
                                "was killed: out of memory (the kernel's OOM killer, or its "
                                "nanny's memory limit), or from outside; the workers' logs say why"),

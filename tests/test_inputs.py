@@ -611,6 +611,27 @@ def test_a_scheduler_host_whose_name_does_not_resolve_is_refused_at_once(tmp_pat
         assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("settings, why", [
+    ({}, "a tls:// address needs the client's TLS certificates, and Dask's configuration gives "
+         "none: set distributed.comm.tls.ca-file, distributed.comm.tls.client.cert and "
+         "distributed.comm.tls.client.key, e.g. as DASK_DISTRIBUTED__COMM__TLS__CA_FILE, "
+         "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT and DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY"),
+    ({"CA_FILE": "{tmp}/ca.pem", "CLIENT__CERT": "{tmp}/c.pem"},
+     "distributed.comm.tls.ca-file of Dask's configuration is {tmp}/ca.pem, which does not exist"),
+])
+def test_a_tls_scheduler_without_the_clients_certificates_is_one_line(tmp_path, settings, why):
+    """QA: without them distributed raised "TypeError: TLS expects a ssl_context argument" as
+    a traceback (exit 1); now at once, before the run dir is made (deploy/README.md, TLS)."""
+    corpus = write_rows(tmp_path / "c.jsonl", [{"text": "a b"}])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_DISTRIBUTED__COMM__TLS")}
+    env.update({f"DASK_DISTRIBUTED__COMM__TLS__{k}": v.format(tmp=tmp_path) for k, v in settings.items()})
+    result = run(LMC_DIST, "run", toy_model_command(), "we", "--input", str(corpus), "--run-dir",
+                 str(tmp_path / "run"), "--scheduler", f"tls://127.0.0.1:{free_port()}", env=env)
+    assert_error(result, f"cannot reach the Dask scheduler at tls://127.0.0.1:"
+                 f"{result.args[-1].rsplit(':', 1)[1]}: {why.format(tmp=tmp_path)}", "lmc-dist")
+    assert not (tmp_path / "run").exists()
+
+
 def test_wr_fit_below_the_base_warns_and_reports_a_fit_at_least_base(tmp_path):
     silent = model_script(tmp_path, "silent", "")
     corpus = tmp_path / "c.txt"
