@@ -688,6 +688,25 @@ def test_a_model_answering_twice_fails_every_time_and_leaves_no_log(tmp_path, at
     assert not out.exists()
 
 
+def test_a_line_that_is_no_answer_is_named_though_the_extra_line_comes_with_it(tmp_path):
+    """A debugging print among the answers puts every later answer out of step by one; where
+    it and the line one too many are read together, the print is named (QA: the last,
+    well-formed answer was named as the extra line, the print never)."""
+    script = tmp_path / "chatty.py"
+    script.write_text(
+        "import sys\nasked = [sys.stdin.readline().rstrip('\\n').split('\\t') for _ in range(3)]\n"
+        "answers = [f'{fields[2]}\\t-1.0' for fields in asked]\n"
+        "answers.insert(1, 'debug: scored a')\n"
+        "sys.stdout.write(''.join(a + '\\n' for a in answers)); sys.stdout.flush()\n"
+        "sys.stdin.read()\n")
+    text = failed(lmc("run", f"{PYTHON} {script}", "we", stdin=b"a b c\n"))
+    assert text.startswith(
+        f"lmc: error: model '{PYTHON} {script}': malformed answer 'debug: scored a': expected "
+        "text<TAB>score pairs, got 1 fields\nwhile evaluating user None, message 0, token 1 "
+        "('b'); requests in flight up to user None, message 0, token 2 ('c')\nrequest (answer "
+        "line 2): 'predict\\ta \\tb'\n"), text
+
+
 def test_a_line_written_at_exit_is_an_extra_answer():
     model = toy("--at-exit", "goodbye")
     text = failed(lmc("run", model, "we", stdin=b"the lord\n"))
@@ -709,6 +728,41 @@ def test_a_model_that_exits_with_an_error_after_its_last_answer_fails_the_run(tm
                     "after its last answer\nmodel stderr (tail):\nsaving state failed\n")
     assert not out.exists()
     assert lmc("run", toy(), "we", stdin=b"the lord\n").returncode == 0
+
+
+def test_the_python_api_s_shell_model_fails_its_with_block_when_it_exits_with_an_error():
+    """As LM Challenge 5.2's ShellModel does (QA: the block ended quietly, the log looked
+    whole); a block that raised keeps its own exception, and a model left with requests
+    unread (a generator not finished) is not failed for the answers it still writes."""
+    import lmchallenge as lmc
+
+    with pytest.raises(ModelError) as raised:
+        with ShellModel(toy("--exit-code", "3")) as model:
+            log = list(lmc.we(model, ["the lord"]))
+    assert len(log) == 2
+    assert str(raised.value) == (f"model {toy('--exit-code', '3')!r}: exited with code 3 after "
+                                 "its last answer\nmodel stderr (tail):\nsaving state failed")
+    with pytest.raises(KeyError):
+        with ShellModel(toy("--exit-code", "3")) as model:
+            raise KeyError("the block's own")
+    with ShellModel(toy()) as model:
+        assert next(lmc.wc(model, ["the lord is my shepherd"] * 20))["target"] == "the"
+
+
+def test_the_python_api_chains_a_models_own_exception():
+    """docs/formats.md: a failing model raises ModelError, its own exception chained (QA: the
+    copy that names the token dropped it)."""
+    import lmchallenge as lmc
+
+    class Failing(lmc.Model):
+        def predict(self, context, candidates):
+            raise RuntimeError("out of memory")
+
+    for game in (lmc.we, lmc.wc):
+        with pytest.raises(ModelError, match="predict raised RuntimeError: out of memory") as raised:
+            list(game(Failing(), ["the lord"]))
+        assert isinstance(raised.value.__cause__, RuntimeError)
+        assert str(raised.value.__cause__) == "out of memory"
 
 
 def test_a_blank_line_at_start_is_found_though_the_last_answer_is_empty(tmp_path):

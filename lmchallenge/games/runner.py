@@ -112,7 +112,9 @@ def run_game(game: Game, model: Any, messages: Iterable[Message], train: bool = 
             del answers[:used]
     except ModelError as e:
         if pending and e.where is None:
-            raise e.with_where(_where(pending, len(answers), len(e.in_flight))) from None
+            # the copy keeps the model's own exception as its cause (docs/formats.md, the
+            # Python API: QA found it dropped)
+            raise e.with_where(_where(pending, len(answers), len(e.in_flight))) from e.__cause__
         raise
 
 
