@@ -58,17 +58,19 @@ def missing_tls(address: str) -> str | None:
 
     import dask
     from distributed.comm.addressing import parse_address
-    from distributed.security import Security
 
     if parse_address(address)[0] not in TLS_SCHEMES:
         return None
+    from distributed.security import Security
     settings = ("distributed.comm.tls.ca-file, distributed.comm.tls.client.cert and "
                 "distributed.comm.tls.client.key, e.g. as DASK_DISTRIBUTED__COMM__TLS__CA_FILE, "
-                "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT and DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY")
+                "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT and "
+                "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY")
     for key in ("ca-file", "client.cert", "client.key"):
         path = dask.config.get(f"distributed.comm.tls.{key}", None)
         if isinstance(path, str) and "\n" not in path and not os.path.exists(path):
-            return f"distributed.comm.tls.{key} of Dask's configuration is {path}, which does not exist"
+            return (f"distributed.comm.tls.{key} of Dask's configuration is {path}, which does "
+                    "not exist")
     try:
         context = Security().get_connection_args("client")["ssl_context"]
     except (OSError, ssl.SSLError, ValueError, TypeError) as e:

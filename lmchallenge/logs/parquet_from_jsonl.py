@@ -12,9 +12,9 @@ It answers only for a log it can certainly write so: every block has columns, ea
 has exactly the keys the datum path requires of the game (:func:`_certain`), and its
 values are what ``lmc validate`` takes (:func:`_valid`).  Otherwise (a ``wr`` log, a
 block Arrow does not read as Python does, a key missing or of another game, a null where
-a log has a value, a negative index, a NaN or infinite logp, a completion twice, an empty log) it writes nothing
-and returns None, and the caller converts datum by datum, which writes the same file or
-refuses the log with its error.
+a log has a value, a negative index, a NaN or infinite logp, a completion twice, an empty
+log) it writes nothing and returns None, and the caller converts datum by datum, which
+writes the same file or refuses the log with its error.
 """
 
 from __future__ import annotations
@@ -144,12 +144,13 @@ def _valid(table: pa.Table) -> None:
     """Raise _NotCertain unless ``table``'s values are what ``lmc validate`` takes beyond
     their types (which Arrow's reader has held to the log's,
     :data:`lmchallenge.logs.jsonl_columns.SCHEMA`): no negative index (:data:`INDICES`), no
-    NaN or infinite ``logp``, and no list of completions with a string twice (the schema's ``uniqueItems``;
-    :func:`_repeats`).  The datum path then names the datum that is not, with ``lmc
+    NaN or infinite ``logp``, and no list of completions with a string twice (the schema's
+    ``uniqueItems``; :func:`_repeats`).  The datum path then names the datum that is not, with ``lmc
     validate``'s message."""
     if any(pc.min(table.column(name)).as_py() < 0 for name in INDICES):
         raise _NotCertain("a negative index")
-    if "logp" in table.column_names and pc.any(pc.invert(pc.is_finite(table.column("logp")))).as_py():
+    logp = table.column("logp") if "logp" in table.column_names else None
+    if logp is not None and not pc.all(pc.is_finite(logp), min_count=0).as_py():
         raise _NotCertain("a NaN or infinite logp")     # (QA: NaN was written, as a number)
     if "completions" in table.column_names and _repeats(table.column("completions")):
         raise _NotCertain("a completion twice in a list")

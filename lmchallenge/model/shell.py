@@ -365,16 +365,12 @@ class ShellModel(Model):
                 except UnicodeDecodeError as e:
                     lines, late = self._utf8_lines(data, e, in_flight)
                 if len(lines) > len(sent) - answered:
-                    # one line too many: the culprit may be an earlier line that is no answer
-                    # (a model's debugging print), which puts the answers after it out of step
-                    # (QA: a well-formed last answer was named instead)
+                    # one line too many, said after the lines asked for are parsed: the culprit
+                    # may be one of them that is no answer (a model's debugging print), which
+                    # puts the answers after it out of step (QA: a well-formed last answer
+                    # was named instead)
                     extra = len(sent) - answered
-                    answers, error = self._parse_answers(lines[:extra], in_flight)
-                    if error is None:
-                        raise self._more_than_asked(lines[extra], extra)
-                    if answers:
-                        yield answers   # the tokens before the culprit: it is named by its own
-                    raise error
+                    lines, late = lines[:extra], self._more_than_asked(lines[extra], extra)
                 answers, error = self._parse_answers(lines, in_flight)
                 error = error or late
                 if answers:
@@ -489,12 +485,15 @@ class ShellModel(Model):
             ended = self._read_to_the_end(time.monotonic() + self.timeout)
         finally:
             notice.cancel()
-        if ended:
-            code = self._proc.returncode
-            if code:
-                raise ModelError(self.cmd, f"{_exit_reason(code)} after its last answer",
-                                 stderr_tail=self._stderr.text(wait=1.0),
-                                 stopped=_stopped(code))
+        if ended and self._proc.returncode:
+            raise self._exited_after_answering()
+
+    def _exited_after_answering(self) -> ModelError:
+        """The error for a model that exited with a code other than 0 (or was killed by a
+        signal) after its last answer."""
+        code = self._proc.returncode
+        return ModelError(self.cmd, f"{_exit_reason(code)} after its last answer",
+                          stderr_tail=self._stderr.text(wait=1.0), stopped=_stopped(code))
 
     def _exit_notice(self) -> threading.Timer:
         """A started timer that says, if not cancelled within :data:`EXIT_NOTICE_SECONDS`,
@@ -544,11 +543,8 @@ class ShellModel(Model):
                 not looked for here (answers to requests the block left unread may come):
                 :meth:`finish` checks them.
         """
-        ended = self.close()
-        code = self._proc.returncode
-        if kind is None and ended and code:
-            raise ModelError(self.cmd, f"{_exit_reason(code)} after its last answer",
-                             stderr_tail=self._stderr.text(wait=1.0), stopped=_stopped(code))
+        if self.close() and kind is None and self._proc.returncode:
+            raise self._exited_after_answering()
 
     def close(self, deadline: float | None = None) -> bool:
         """Close the model's stdin and wait for it to exit (killed after ``timeout``, or at

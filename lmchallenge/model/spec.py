@@ -227,9 +227,9 @@ def _predicting(spec: str, made: Any, context: Any = None) -> Any:
             context.__exit__(None, None, None)
         else:
             close_model(made)
-    raise ModelError(spec, f"is not a model: it made an object of type {python_name(made)}, which has no "
-                     "predict(context, candidates) nor predict_batch(queries) method",
-                     stderr_tail=None)
+    raise ModelError(spec, f"is not a model: it made an object of type {python_name(made)}, "
+                     "which has no predict(context, candidates) nor predict_batch(queries) "
+                     "method", stderr_tail=None)
 
 
 def _refusal(factory: Any, game: str | None) -> str | None:
